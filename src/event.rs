@@ -1,0 +1,136 @@
+//! Events as the caller writes them, and their validation.
+
+use std::collections::BTreeMap;
+
+use crate::error::Error;
+
+/// The id of an event row (`t_event_record.id`).
+pub type EventId = u64;
+
+/// Longest `biz_no` accepted (the column is `VARCHAR(64)`).
+pub const MAX_BIZ_NO_CHARS: usize = 64;
+/// Longest `event_type` accepted (the column is `VARCHAR(64)`).
+pub const MAX_EVENT_TYPE_CHARS: usize = 64;
+/// Longest topic or tag accepted (the columns are `VARCHAR(127)`).
+pub const MAX_TOPIC_CHARS: usize = 127;
+
+/// An event to write into the outbox table in the caller's transaction.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewEvent {
+    /// Business key (order number). Required; also the ordering key with `ordering=per-biz-no`.
+    pub biz_no: String,
+    /// Event type (`ORDER_CREATED`). Required; the default message tag.
+    pub event_type: String,
+    /// Message body, sent as is. Required, at most `payload.max.bytes`.
+    pub payload: Vec<u8>,
+    /// Topic for this event; `None` uses the configured default topic.
+    pub topic: Option<String>,
+    /// Message tag; `None` uses the event type.
+    pub tag: Option<String>,
+    /// Extra message properties.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl NewEvent {
+    pub fn new(biz_no: impl Into<String>, event_type: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        NewEvent {
+            biz_no: biz_no.into(),
+            event_type: event_type.into(),
+            payload: payload.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn with_topic(mut self, topic: impl Into<String>) -> Self {
+        self.topic = Some(topic.into());
+        self
+    }
+
+    pub fn with_tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+
+    pub fn with_header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(key.into(), value.into());
+        self
+    }
+
+    /// Checks every field; the error names the first field that is wrong and why.
+    pub fn validate(&self, payload_max_bytes: usize) -> Result<(), Error> {
+        text_field("biz_no", &self.biz_no, MAX_BIZ_NO_CHARS)?;
+        text_field("event_type", &self.event_type, MAX_EVENT_TYPE_CHARS)?;
+        if self.payload.is_empty() {
+            return Err(invalid("payload", "must not be empty".into()));
+        }
+        if self.payload.len() > payload_max_bytes {
+            return Err(invalid(
+                "payload",
+                format!("is {} bytes, more than payload.max.bytes = {payload_max_bytes}", self.payload.len()),
+            ));
+        }
+        if let Some(topic) = &self.topic {
+            text_field("topic", topic, MAX_TOPIC_CHARS)?;
+            if !topic.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '%' || c == '|') {
+                return Err(invalid("topic", format!("{topic:?} has characters other than [A-Za-z0-9_%|-]")));
+            }
+        }
+        if let Some(tag) = &self.tag {
+            text_field("tag", tag, MAX_TOPIC_CHARS)?;
+        }
+        for (k, v) in &self.headers {
+            if k.is_empty() || k.contains(['\0', '\u{1}', '\u{2}']) {
+                return Err(invalid("headers", format!("key {k:?} is empty or has control characters")));
+            }
+            if RESERVED_HEADERS.contains(&k.as_str()) {
+                return Err(invalid("headers", format!("key {k:?} is reserved (set by the relay)")));
+            }
+            if v.contains(['\0', '\u{1}', '\u{2}']) {
+                return Err(invalid("headers", format!("value of {k:?} has control characters")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The headers as stored in the `headers` column (a JSON object), or `None` when empty.
+    pub(crate) fn headers_json(&self) -> Option<String> {
+        if self.headers.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_string(&self.headers).expect("a string map always serialises"))
+        }
+    }
+}
+
+/// Property names the relay sets itself; rows may not override them.
+pub const RESERVED_HEADERS: &[&str] = &["eventId", "eventType", "bizNo", "KEYS", "TAGS"];
+
+fn text_field(field: &'static str, value: &str, max_chars: usize) -> Result<(), Error> {
+    if value.trim().is_empty() {
+        return Err(invalid(field, "is required and must not be blank".into()));
+    }
+    let n = value.chars().count();
+    if n > max_chars {
+        return Err(invalid(field, format!("is {n} characters, more than {max_chars}")));
+    }
+    if value.contains('\0') {
+        return Err(invalid(field, "contains a NUL character".into()));
+    }
+    Ok(())
+}
+
+fn invalid(field: &'static str, reason: String) -> Error {
+    Error::InvalidEvent { field, reason }
+}
+
+/// Parses the `headers` column back into a map; a malformed value yields an empty map and a
+/// warning rather than a stuck row.
+pub(crate) fn parse_headers(id: EventId, raw: Option<&str>) -> BTreeMap<String, String> {
+    match raw {
+        None | Some("") => BTreeMap::new(),
+        Some(s) => serde_json::from_str(s).unwrap_or_else(|e| {
+            log::warn!("event {id}: headers column is not a JSON string map ({e}); sending without them");
+            BTreeMap::new()
+        }),
+    }
+}

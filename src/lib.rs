@@ -1,0 +1,66 @@
+//! # outbox
+//!
+//! A transactional-outbox relay: an order service writes its order and an event row in one
+//! local transaction; relays running in many instances claim committed rows through a
+//! conditional UPDATE and a lease (never a distributed lock), send them to the broker, and mark
+//! them sent. Failures retry with backoff and end in a dead-letter state; rows held by a crashed
+//! instance come back when their lease expires. Delivery is at least once.
+//!
+//! The core is blocking: a scanner thread, a reclaimer thread and worker threads fed by a
+//! bounded channel. The broker is behind the [`Publisher`] trait.
+
+mod breaker;
+pub mod config;
+pub mod error;
+pub mod event;
+pub mod migrate;
+pub mod publisher;
+pub mod relay;
+pub mod stats;
+pub mod store;
+
+pub use config::{Backoff, BackoffPolicy, ClaimStrategy, Config, KEYS};
+pub use error::{ConfigError, Error, Result};
+pub use event::{EventId, NewEvent};
+pub use migrate::{migrate, migrate_table, MigrationReport};
+pub use publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
+pub use relay::{connect, enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, Relay, RelayBuilder, StopReport};
+pub use stats::{BreakerState, Stats};
+pub use store::{insert_statement, DeadLetter, Gauges, INSERT_PARAMS};
+
+#[cfg(feature = "rocketmq")]
+pub mod rocketmq;
+
+/// The publisher that `config.publisher` names: `None` for `publisher = none` (enqueue-only).
+/// RocketMQ needs the `rocketmq` feature; without it this is a config error naming the key.
+pub fn publisher_for(config: &Config) -> Result<Option<std::sync::Arc<dyn Publisher>>> {
+    match config.publisher {
+        config::PublisherKind::None => Ok(None),
+        #[cfg(feature = "rocketmq")]
+        config::PublisherKind::RocketMq => Ok(Some(std::sync::Arc::new(rocketmq::RocketMqPublisher::start(config)?))),
+        #[cfg(not(feature = "rocketmq"))]
+        config::PublisherKind::RocketMq => Err(ConfigError::InvalidValue {
+            key: "publisher".into(),
+            value: "rocketmq".into(),
+            reason: "this build has no RocketMQ support (cargo feature rocketmq); use publisher=none to enqueue only".into(),
+        }
+        .into()),
+    }
+}
+
+/// Starts a relay whose publisher is chosen by `config.publisher` (what the C ABI, the JNI
+/// binding and `outboxd` use).
+pub fn open(config: Config, dead_letter: Option<DeadLetterHook>) -> Result<Relay> {
+    let publisher = publisher_for(&config)?;
+    let mut b = Relay::builder(config);
+    if let Some(p) = publisher {
+        b = b.publisher(p);
+    }
+    if let Some(h) = dead_letter {
+        b = b.dead_letter_hook(move |d| h(d));
+    }
+    b.start()
+}
+
+/// The library version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,115 @@
+//! The broker side of the relay, as seen by the core.
+//!
+//! A [`Publisher`] receives a chunk of claimed events that share a topic and returns one
+//! [`SendOutcome`] per event, in the same order. Workers call it synchronously from their own
+//! threads; implementations must be `Send + Sync` because every worker shares one publisher.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::event::EventId;
+
+/// One claimed event, ready to be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboundEvent {
+    /// Row id; also the message key and the `eventId` property.
+    pub id: EventId,
+    pub biz_no: String,
+    pub event_type: String,
+    pub payload: Vec<u8>,
+    /// The row's topic, or the configured default when the row has none.
+    pub topic: String,
+    /// The row's tag, if it set one. Publishers fall back to their own default (the event type).
+    pub tag: Option<String>,
+    /// Extra user properties stored with the row.
+    pub headers: BTreeMap<String, String>,
+    /// Attempts already made before this one (the row's `retry_count` when it was claimed).
+    pub attempt: u32,
+}
+
+/// What became of one event handed to [`Publisher::publish`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// The broker stored the message. `msg_id` is the broker's message id, if it returned one.
+    Sent { msg_id: Option<String> },
+    /// The send failed; the kind decides what the relay does with the row.
+    Failed(SendError),
+}
+
+/// How a failed send is treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The broker as a whole is unreachable (connection refused, no route, client shut down).
+    /// Not the event's fault: the row goes back to WAIT without using an attempt, and the
+    /// circuit breaker counts the failure.
+    Unavailable,
+    /// The outcome is unknown (the broker may have stored it). Counts as an attempt and retries
+    /// with backoff; a streak of timeouts also opens the circuit breaker.
+    Timeout,
+    /// Something about this message (too large, bad topic, broker refused it). Counts as an
+    /// attempt; after `max.retry` attempts the row is dead-lettered.
+    Rejected,
+}
+
+/// A failed send: its kind and a human-readable reason (stored in `last_error`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendError {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+impl SendError {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        SendError {
+            kind,
+            message: message.into(),
+        }
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::Unavailable, message)
+    }
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::Timeout, message)
+    }
+    pub fn rejected(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::Rejected, message)
+    }
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// Sends claimed events to a broker.
+pub trait Publisher: Send + Sync {
+    /// Sends `events` (all with the same topic, at most `publish.batch.max` of them) and returns
+    /// exactly one outcome per event, in order. `timeout` is the whole budget for the call; it
+    /// never extends past the events' lease. A publisher may send them as one broker batch or one
+    /// by one. A panic is caught by the worker and counted as a failure of every event.
+    fn publish(&self, events: &[OutboundEvent], timeout: Duration) -> Vec<SendOutcome>;
+
+    /// Whether the broker looks reachable, for health checks. Defaults to `true`.
+    fn is_healthy(&self) -> bool {
+        true
+    }
+
+    /// Called once when the relay stops, after every worker has finished.
+    fn shutdown(&self) {}
+}
+
+impl<P: Publisher + ?Sized> Publisher for std::sync::Arc<P> {
+    fn publish(&self, events: &[OutboundEvent], timeout: Duration) -> Vec<SendOutcome> {
+        (**self).publish(events, timeout)
+    }
+    fn is_healthy(&self) -> bool {
+        (**self).is_healthy()
+    }
+    fn shutdown(&self) {
+        (**self).shutdown()
+    }
+}

@@ -1,0 +1,861 @@
+//! The relay: a scanner thread that claims batches, a reclaimer thread that returns expired
+//! leases and renews live ones, and worker threads that send and record the outcome.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select, Receiver, RecvTimeoutError, Sender};
+use mysql::{Pool, Transaction};
+use parking_lot::Mutex;
+
+use crate::breaker::{Breaker, Permit, Transition};
+use crate::config::{ClaimStrategy, Config, Ordering};
+use crate::error::{Error, Result};
+use crate::event::{EventId, NewEvent};
+use crate::publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
+use crate::stats::{Counters, Stats};
+use crate::store::{ClaimRound, Claimed, DeadLetter, Store};
+
+/// Called once per dead-lettered event, for alerting. Runs on a relay thread; keep it short.
+pub type DeadLetterHook = Arc<dyn Fn(&DeadLetter) + Send + Sync>;
+
+/// Rows reclaimed per statement by the reclaimer.
+const RECLAIM_LIMIT: usize = 500;
+/// A send is not started with less lease than this left; the events are released instead.
+const MIN_SEND_BUDGET: Duration = Duration::from_millis(20);
+/// Margin kept between the end of a send and the end of its lease.
+const LEASE_MARGIN_FRACTION: u32 = 10;
+
+/// What [`Relay::stop`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StopReport {
+    /// Claimed-but-unsent events returned to WAIT during the stop.
+    pub released: u64,
+    /// Events still held when the deadline passed (their leases will expire; the reclaimer of
+    /// another instance, or the next start, returns them).
+    pub in_flight_at_deadline: u64,
+    /// Whether some thread was still running at the deadline.
+    pub timed_out: bool,
+    /// Whether the relay had already been stopped by an earlier call.
+    pub already_stopped: bool,
+}
+
+/// Builds a [`Relay`].
+pub struct RelayBuilder {
+    config: Config,
+    publisher: Option<Arc<dyn Publisher>>,
+    dead_letter: Option<DeadLetterHook>,
+    pool: Option<Pool>,
+}
+
+impl RelayBuilder {
+    pub fn publisher(mut self, p: Arc<dyn Publisher>) -> Self {
+        self.publisher = Some(p);
+        self
+    }
+
+    /// Called once per event that ends FAIL.
+    pub fn dead_letter_hook(mut self, f: impl Fn(&DeadLetter) + Send + Sync + 'static) -> Self {
+        self.dead_letter = Some(Arc::new(f));
+        self
+    }
+
+    /// Uses this pool instead of opening one from `db.url`.
+    pub fn pool(mut self, pool: Pool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Starts the relay. Without a publisher it runs enqueue-only: no threads, nothing relayed.
+    pub fn start(self) -> Result<Relay> {
+        Relay::start_with(self.config, self.publisher, self.dead_letter, self.pool)
+    }
+}
+
+struct Chunk {
+    seq: u64,
+    token: u64,
+    events: Vec<OutboundEvent>,
+    probe: bool,
+}
+
+struct Lease {
+    token: u64,
+    ids: Vec<EventId>,
+    expires: Instant,
+    renewed_at: Instant,
+}
+
+struct Inner {
+    config: Config,
+    store: Store,
+    publisher: Arc<dyn Publisher>,
+    counters: Counters,
+    breaker: Mutex<Breaker>,
+    dead_letter: Option<DeadLetterHook>,
+    leases: Mutex<HashMap<u64, Lease>>,
+    wake_tx: Sender<()>,
+    stopping: AtomicBool,
+    chunk_seq: AtomicU64,
+}
+
+struct Running {
+    handles: Vec<JoinHandle<()>>,
+    shutdown_tx: Sender<()>,
+    done_rx: Receiver<()>,
+}
+
+/// A running relay instance. Stop it with [`Relay::stop`]; dropping it stops it too.
+pub struct Relay {
+    inner: Arc<Inner>,
+    running: Mutex<Option<Running>>,
+}
+
+/// Opens a pool for the relay's own statements: a few connections, READ COMMITTED sessions (no
+/// gap locks taken by the claim, so business INSERTs never wait on it), no per-return reset.
+pub fn connect(config: &Config) -> Result<Pool> {
+    let opts = mysql::Opts::from_url(&config.db_url).map_err(|e| {
+        Error::Config(crate::error::ConfigError::invalid(
+            "db.url",
+            crate::config::redact_url(&config.db_url),
+            e.to_string(),
+        ))
+    })?;
+    let constraints = mysql::PoolConstraints::new(1, config.db_pool_max.max(1)).expect("1 <= max");
+    let builder = mysql::OptsBuilder::from_opts(opts)
+        .prefer_socket(false)
+        .pool_opts(
+            mysql::PoolOpts::default()
+                .with_constraints(constraints)
+                .with_reset_connection(false),
+        )
+        .tcp_connect_timeout(Some(Duration::from_secs(5)))
+        .read_timeout(Some(Duration::from_secs(30)))
+        .write_timeout(Some(Duration::from_secs(30)))
+        .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"]);
+    Ok(Pool::new(builder)?)
+}
+
+/// The default instance id: `<service>-<port or pid>-<random6>`.
+pub fn default_instance_id(config: &Config) -> String {
+    let port = config.service_port.map(u32::from).unwrap_or_else(std::process::id);
+    let rnd: u32 = rand::random::<u32>() & 0xff_ffff;
+    format!("{}-{}-{:06x}", config.service_name, port, rnd)
+}
+
+/// Inserts `event` into the default table `t_event_record` inside the caller's transaction.
+/// Nothing is sent now; the row becomes visible to relays when the transaction commits, and a
+/// rollback leaves nothing. Validates with the default limits.
+pub fn enqueue_in_tx(tx: &mut Transaction<'_>, event: &NewEvent) -> Result<EventId> {
+    let c = Config::default();
+    enqueue_in_tx_with(tx, &c, event)
+}
+
+/// Like [`enqueue_in_tx`], for the table and payload limit of `config`.
+pub fn enqueue_in_tx_with(tx: &mut Transaction<'_>, config: &Config, event: &NewEvent) -> Result<EventId> {
+    event.validate(config.payload_max_bytes)?;
+    crate::store::insert(tx, &config.table, event)
+}
+
+impl Relay {
+    pub fn builder(config: Config) -> RelayBuilder {
+        RelayBuilder {
+            config,
+            publisher: None,
+            dead_letter: None,
+            pool: None,
+        }
+    }
+
+    /// Starts a relay with `publisher`, opening its own pool from `db.url`.
+    pub fn start(config: Config, publisher: Arc<dyn Publisher>) -> Result<Relay> {
+        Self::start_with(config, Some(publisher), None, None)
+    }
+
+    fn start_with(
+        config: Config,
+        publisher: Option<Arc<dyn Publisher>>,
+        dead_letter: Option<DeadLetterHook>,
+        pool: Option<Pool>,
+    ) -> Result<Relay> {
+        config.validate()?;
+        if config.ordering == Ordering::PerBizNo {
+            return Err(Error::Config(crate::error::ConfigError::invalid(
+                "ordering",
+                "per-biz-no",
+                "is not available in this build of the relay core",
+            )));
+        }
+        let pool = match pool {
+            Some(p) => p,
+            None => connect(&config)?,
+        };
+        // Fail fast, with the database's own message, if it is unreachable or the table is missing.
+        {
+            use mysql::prelude::Queryable;
+            let mut conn = pool.get_conn()?;
+            conn.query_drop(format!("SELECT id FROM {} LIMIT 0", config.table))?;
+        }
+        let owner = config.instance_id.clone().unwrap_or_else(|| default_instance_id(&config));
+        let store = Store::new(pool, &config, owner);
+        let (wake_tx, wake_rx) = bounded(1);
+        let Some(publisher) = publisher else {
+            log::info!("outbox {} opened enqueue-only on table {} (no publisher)", store.owner(), config.table);
+            return Ok(Relay {
+                inner: Arc::new(Inner {
+                    breaker: Mutex::new(Breaker::new(config.breaker_failure_threshold, config.breaker_open)),
+                    config,
+                    store,
+                    publisher: Arc::new(NoPublisher),
+                    counters: Counters::default(),
+                    dead_letter,
+                    leases: Mutex::new(HashMap::new()),
+                    wake_tx,
+                    stopping: AtomicBool::new(true),
+                    chunk_seq: AtomicU64::new(0),
+                }),
+                running: Mutex::new(None),
+            });
+        };
+        let (shutdown_tx, shutdown_rx) = bounded::<()>(0);
+        let (done_tx, done_rx) = bounded::<()>(0);
+        let (chunk_tx, chunk_rx) = bounded::<Chunk>(config.max_in_flight);
+        let inner = Arc::new(Inner {
+            breaker: Mutex::new(Breaker::new(config.breaker_failure_threshold, config.breaker_open)),
+            config,
+            store,
+            publisher,
+            counters: Counters::default(),
+            dead_letter,
+            leases: Mutex::new(HashMap::new()),
+            wake_tx,
+            stopping: AtomicBool::new(false),
+            chunk_seq: AtomicU64::new(0),
+        });
+        let mut handles = Vec::new();
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<JoinHandle<()>> {
+            std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(f)
+                .map_err(|e| Error::Publisher(format!("could not start thread {name}: {e}")))
+        };
+        for i in 0..inner.config.workers {
+            let (inner, rx, done) = (inner.clone(), chunk_rx.clone(), done_tx.clone());
+            handles.push(spawn(
+                format!("outbox-worker-{i}"),
+                Box::new(move || {
+                    worker_loop(&inner, rx);
+                    drop(done);
+                }),
+            )?);
+        }
+        drop(chunk_rx);
+        {
+            let (inner, shutdown, done) = (inner.clone(), shutdown_rx.clone(), done_tx.clone());
+            handles.push(spawn(
+                "outbox-scanner".into(),
+                Box::new(move || {
+                    scanner_loop(&inner, chunk_tx, wake_rx, shutdown);
+                    drop(done);
+                }),
+            )?);
+        }
+        {
+            let (inner, shutdown, done) = (inner.clone(), shutdown_rx, done_tx);
+            handles.push(spawn(
+                "outbox-reclaimer".into(),
+                Box::new(move || {
+                    reclaimer_loop(&inner, shutdown);
+                    drop(done);
+                }),
+            )?);
+        }
+        log::info!(
+            "outbox relay {} started on table {} ({:?}, batch {}, {} workers)",
+            inner.store.owner(),
+            inner.config.table,
+            inner.config.claim_strategy,
+            inner.config.batch_size,
+            inner.config.workers
+        );
+        Ok(Relay {
+            inner,
+            running: Mutex::new(Some(Running {
+                handles,
+                shutdown_tx,
+                done_rx,
+            })),
+        })
+    }
+
+    /// Whether this relay relays (false when started without a publisher: enqueue-only).
+    pub fn is_relaying(&self) -> bool {
+        !self.inner.stopping.load(SeqCst)
+    }
+
+    /// This instance's id, as stored in `claim_owner`.
+    pub fn instance_id(&self) -> &str {
+        self.inner.store.owner()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The relay's connection pool (also usable for the business statements).
+    pub fn pool(&self) -> &Pool {
+        self.inner.store.pool()
+    }
+
+    /// Wakes the scanner now: call it after committing events so they are relayed in
+    /// milliseconds instead of at the next scan. Cheap, never blocks, safe from any thread.
+    pub fn notify(&self) {
+        let _ = self.inner.wake_tx.try_send(());
+    }
+
+    /// Inserts `event` in the caller's transaction, validated against this relay's config.
+    /// Call [`Relay::commit`] (or commit yourself, then [`Relay::notify`]).
+    pub fn enqueue_in_tx(&self, tx: &mut Transaction<'_>, event: &NewEvent) -> Result<EventId> {
+        enqueue_in_tx_with(tx, &self.inner.config, event)
+    }
+
+    /// Commits the caller's transaction, then wakes the relay (the fast path).
+    pub fn commit(&self, tx: Transaction<'_>) -> Result<()> {
+        tx.commit()?;
+        self.notify();
+        Ok(())
+    }
+
+    /// Inserts `event` on its own (autocommit) and wakes the relay.
+    pub fn enqueue(&self, event: &NewEvent) -> Result<EventId> {
+        event.validate(self.inner.config.payload_max_bytes)?;
+        let mut conn = self.inner.store.pool().get_conn()?;
+        let id = crate::store::insert(&mut conn, &self.inner.config.table, event)?;
+        self.notify();
+        Ok(id)
+    }
+
+    /// Counters, plus the database gauges when the database answers.
+    pub fn stats(&self) -> Stats {
+        let gauges = self.inner.store.gauges().ok();
+        self.counters_only(gauges)
+    }
+
+    /// Counters without querying the database.
+    pub fn counters(&self) -> Stats {
+        self.counters_only(None)
+    }
+
+    fn counters_only(&self, gauges: Option<crate::store::Gauges>) -> Stats {
+        let state = self.inner.breaker.lock().state();
+        self.inner.counters.snapshot(self.instance_id(), state, gauges)
+    }
+
+    /// Stops claiming, lets sends in flight finish until `timeout`, returns claimed-but-unsent
+    /// events to WAIT under their claim, joins every thread and reports what it did. A second
+    /// call returns at once with `already_stopped`.
+    pub fn stop(&self, timeout: Duration) -> StopReport {
+        let Some(running) = self.running.lock().take() else {
+            return StopReport {
+                already_stopped: true,
+                ..Default::default()
+            };
+        };
+        let deadline = Instant::now() + timeout;
+        let released_before = self.inner.counters.released_unsent.load(Relaxed);
+        self.inner.stopping.store(true, SeqCst);
+        drop(running.shutdown_tx);
+        // Every thread holds a clone of the done sender; disconnection means all have ended.
+        let timed_out = loop {
+            match running.done_rx.recv_deadline(deadline) {
+                Ok(()) => continue,
+                Err(RecvTimeoutError::Disconnected) => break false,
+                Err(RecvTimeoutError::Timeout) => break true,
+            }
+        };
+        if !timed_out {
+            for h in running.handles {
+                let _ = h.join();
+            }
+            self.inner.publisher.shutdown();
+        }
+        let report = StopReport {
+            released: self.inner.counters.released_unsent.load(Relaxed) - released_before,
+            in_flight_at_deadline: self.inner.counters.in_flight.load(Relaxed),
+            timed_out,
+            already_stopped: false,
+        };
+        log::info!("outbox relay {} stopped: {report:?}", self.instance_id());
+        report
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let grace = self.inner.config.send_timeout + Duration::from_secs(1);
+        self.stop(grace);
+    }
+}
+
+/// Stands in for the publisher of an enqueue-only relay; never called.
+struct NoPublisher;
+
+impl Publisher for NoPublisher {
+    fn publish(&self, events: &[OutboundEvent], _timeout: Duration) -> Vec<SendOutcome> {
+        vec![SendOutcome::Failed(SendError::unavailable("enqueue-only relay has no publisher")); events.len()]
+    }
+}
+
+/// Waits for a wake-up, the shutdown signal or the timeout, whichever comes first.
+fn wait(wake: &Receiver<()>, shutdown: &Receiver<()>, timeout: Duration) {
+    select! {
+        recv(wake) -> _ => {},
+        recv(shutdown) -> _ => {},
+        default(timeout) => {},
+    }
+}
+
+fn scanner_loop(inner: &Inner, chunk_tx: Sender<Chunk>, wake: Receiver<()>, shutdown: Receiver<()>) {
+    let cfg = &inner.config;
+    let mut db_failing = false;
+    while !inner.stopping.load(SeqCst) {
+        let in_flight = inner.counters.in_flight.load(SeqCst) as usize;
+        let free = cfg.max_in_flight.saturating_sub(in_flight);
+        if free == 0 {
+            // Backpressure: workers wake the scanner as they finish.
+            wait(&wake, &shutdown, cfg.scan_interval);
+            continue;
+        }
+        let permit = inner.breaker.lock().permit(Instant::now());
+        let limit = match permit {
+            Permit::Claim => cfg.batch_size.min(free),
+            Permit::Probe => 1,
+            Permit::WaitUntil(until) => {
+                wait(&wake, &shutdown, until.saturating_duration_since(Instant::now()));
+                continue;
+            }
+            Permit::WaitForProbe => {
+                wait(&wake, &shutdown, cfg.scan_interval);
+                continue;
+            }
+        };
+        let lease_start = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| match cfg.claim_strategy {
+            ClaimStrategy::SkipLocked => inner.store.claim_skip_locked(limit),
+            ClaimStrategy::PerRow => inner.store.claim_per_row(limit),
+        }));
+        let round = match result {
+            Ok(Ok(round)) => {
+                if db_failing {
+                    log::info!("database reachable again; claiming resumed");
+                    db_failing = false;
+                }
+                round
+            }
+            Ok(Err(e)) => {
+                Counters::add(&inner.counters.db_errors, 1);
+                if !db_failing {
+                    log::warn!("claim failed, retrying every scan interval: {e}");
+                    db_failing = true;
+                }
+                if permit == Permit::Probe {
+                    inner.breaker.lock().probe_not_sent();
+                }
+                wait(&wake, &shutdown, cfg.scan_interval);
+                continue;
+            }
+            Err(_) => {
+                log::error!("claim round panicked; the scanner goes on");
+                wait(&wake, &shutdown, cfg.scan_interval);
+                continue;
+            }
+        };
+        let n = round.claimed.len();
+        Counters::add(&inner.counters.claim_rounds, 1);
+        Counters::add(&inner.counters.claimed, n as u64);
+        Counters::add(&inner.counters.claim_conflicts, round.conflicts);
+        if permit == Permit::Probe && n == 0 {
+            inner.breaker.lock().probe_not_sent();
+        }
+        if n > 0 {
+            inner.counters.in_flight.fetch_add(n as u64, SeqCst);
+            dispatch(inner, &chunk_tx, round, lease_start, permit == Permit::Probe);
+        }
+        if n == limit && cfg.scan_drain && permit == Permit::Claim {
+            continue;
+        }
+        wait(&wake, &shutdown, cfg.scan_interval);
+    }
+}
+
+/// Splits a claim round into chunks of one topic, spread over the workers, and queues them.
+fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
+    let cfg = &inner.config;
+    let n = round.claimed.len();
+    let per_chunk = n.div_ceil(cfg.workers).clamp(1, cfg.publish_batch_max);
+    let mut by_topic: Vec<(u64, String, Vec<OutboundEvent>)> = Vec::new();
+    for Claimed { event, token } in round.claimed {
+        match by_topic.iter_mut().find(|(t, topic, _)| *t == token && *topic == event.topic) {
+            Some((_, _, v)) => v.push(event),
+            None => by_topic.push((token, event.topic.clone(), vec![event])),
+        }
+    }
+    let expires = lease_start + cfg.lease;
+    for (token, _, events) in by_topic {
+        let mut events = events.into_iter().peekable();
+        while events.peek().is_some() {
+            let part: Vec<OutboundEvent> = events.by_ref().take(per_chunk).collect();
+            let seq = inner.chunk_seq.fetch_add(1, Relaxed);
+            inner.leases.lock().insert(
+                seq,
+                Lease {
+                    token,
+                    ids: part.iter().map(|e| e.id).collect(),
+                    expires,
+                    renewed_at: lease_start,
+                },
+            );
+            let chunk = Chunk {
+                seq,
+                token,
+                events: part,
+                probe,
+            };
+            // Never blocks: the channel holds max.in.flight chunks and at most that many events
+            // are in flight. Fails only if every worker has died; then release the rows.
+            if let Err(e) = chunk_tx.try_send(chunk) {
+                let chunk = e.into_inner();
+                log::error!("no worker to take {} claimed events; releasing them", chunk.events.len());
+                release_chunk_unsent(inner, &chunk, "no worker available");
+                finish(inner, &chunk);
+            }
+        }
+    }
+}
+
+fn worker_loop(inner: &Inner, chunks: Receiver<Chunk>) {
+    for chunk in chunks.iter() {
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            if inner.stopping.load(SeqCst) {
+                release_chunk_unsent(inner, &chunk, "relay stopping before the send");
+            } else {
+                process(inner, &chunk);
+            }
+        }));
+        if outcome.is_err() {
+            log::error!("worker panicked while handling events {:?}; they stay claimed until their lease expires", ids_of(&chunk.events));
+        }
+        finish(inner, &chunk);
+    }
+}
+
+/// Forgets a handled chunk and wakes the scanner (capacity freed).
+fn finish(inner: &Inner, chunk: &Chunk) {
+    inner.leases.lock().remove(&chunk.seq);
+    inner.counters.in_flight.fetch_sub(chunk.events.len() as u64, SeqCst);
+    let _ = inner.wake_tx.try_send(());
+}
+
+fn ids_of(events: &[OutboundEvent]) -> Vec<EventId> {
+    events.iter().map(|e| e.id).collect()
+}
+
+fn process(inner: &Inner, chunk: &Chunk) {
+    let cfg = &inner.config;
+    if !chunk.probe && !inner.breaker.lock().allows_send() {
+        release_chunk_unsent(inner, chunk, "broker unavailable (circuit breaker open)");
+        return;
+    }
+    let Some(expires) = inner.leases.lock().get(&chunk.seq).map(|l| l.expires) else {
+        return;
+    };
+    // The send must end before the lease does, with a margin.
+    let margin = cfg.lease / LEASE_MARGIN_FRACTION;
+    let budget = expires.saturating_duration_since(Instant::now()).saturating_sub(margin);
+    let timeout = cfg.send_timeout.min(budget);
+    if timeout < MIN_SEND_BUDGET {
+        release_chunk_unsent(inner, chunk, "lease nearly expired before the send");
+        return;
+    }
+    Counters::add(&inner.counters.publish_calls, 1);
+    let outcomes = match catch_unwind(AssertUnwindSafe(|| inner.publisher.publish(&chunk.events, timeout))) {
+        Ok(v) if v.len() == chunk.events.len() => v,
+        Ok(v) => {
+            let msg = format!("publisher returned {} outcomes for {} events", v.len(), chunk.events.len());
+            log::error!("{msg}");
+            vec![SendOutcome::Failed(SendError::rejected(msg)); chunk.events.len()]
+        }
+        Err(panic) => {
+            Counters::add(&inner.counters.publish_panics, 1);
+            let msg = format!("publisher panicked: {}", panic_message(&panic));
+            log::error!("{msg} (events {:?})", ids_of(&chunk.events));
+            vec![SendOutcome::Failed(SendError::rejected(msg)); chunk.events.len()]
+        }
+    };
+    record_outcomes(inner, chunk, outcomes);
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".into())
+}
+
+fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>) {
+    let cfg = &inner.config;
+    let mut acks = Vec::new();
+    let mut unavailable = Vec::new();
+    let mut retry: Vec<(&OutboundEvent, SendError)> = Vec::new();
+    let mut dead: Vec<(&OutboundEvent, SendError)> = Vec::new();
+    let mut timeouts = 0usize;
+    for (event, outcome) in chunk.events.iter().zip(outcomes) {
+        match outcome {
+            SendOutcome::Sent { msg_id } => acks.push((event.id, msg_id)),
+            SendOutcome::Failed(e) if e.kind == FailureKind::Unavailable => unavailable.push((event.id, e)),
+            SendOutcome::Failed(e) => {
+                if e.kind == FailureKind::Timeout {
+                    timeouts += 1;
+                }
+                // `attempt` is the row's retry_count at the claim; the claim token guarantees no
+                // one changed it since. This attempt is number attempt + 1.
+                if event.attempt >= cfg.max_retry {
+                    dead.push((event, e));
+                } else {
+                    retry.push((event, e));
+                }
+            }
+        }
+    }
+    // The breaker hears about the call as a whole.
+    let transition = {
+        let mut b = inner.breaker.lock();
+        let n = chunk.events.len();
+        if !acks.is_empty() {
+            b.on_success()
+        } else if unavailable.len() == n || timeouts == n {
+            b.on_failure(Instant::now())
+        } else {
+            b.on_message_failure()
+        }
+    };
+    if let Some(t) = transition {
+        log_breaker(inner, t, unavailable.first().map(|(_, e)| e.message.as_str()));
+    }
+    let lease_end = inner.leases.lock().get(&chunk.seq).map(|l| l.expires).unwrap_or_else(Instant::now);
+    let token = chunk.token;
+    if !acks.is_empty() {
+        let want = acks.len() as u64;
+        if let Some(got) = with_db_retry(inner, lease_end, "ack", || inner.store.ack(token, &acks)) {
+            Counters::add(&inner.counters.sent, got);
+            if got < want {
+                Counters::add(&inner.counters.stale_acks, want - got);
+                log::warn!(
+                    "{} of {want} acks matched no row: their lease was lost before the ack (events are resent under the newer claim)",
+                    want - got
+                );
+            }
+        }
+    }
+    if !unavailable.is_empty() {
+        let ids: Vec<EventId> = unavailable.iter().map(|(id, _)| *id).collect();
+        let reason = format!("broker unavailable: {}", unavailable[0].1.message);
+        if let Some(n) = with_db_retry(inner, lease_end, "release", || inner.store.release_unsent(token, &ids, &reason)) {
+            Counters::add(&inner.counters.released_unsent, n);
+        }
+    }
+    for (event, e) in &retry {
+        log::debug!("event {} attempt {} failed, will retry: {e}", event.id, event.attempt + 1);
+    }
+    // Rows sharing an outcome share one statement; the error text of the first stands for all.
+    if !retry.is_empty() {
+        let ids: Vec<EventId> = retry.iter().map(|(e, _)| e.id).collect();
+        let reason = retry[0].1.to_string();
+        if let Some(n) = with_db_retry(inner, lease_end, "release", || inner.store.release_for_retry(token, &ids, &reason)) {
+            Counters::add(&inner.counters.retried, n);
+        }
+    }
+    if !dead.is_empty() {
+        let ids: Vec<EventId> = dead.iter().map(|(e, _)| e.id).collect();
+        let reason = dead[0].1.to_string();
+        if let Some(n) = with_db_retry(inner, lease_end, "fail", || inner.store.fail(token, &ids, &reason)) {
+            // Only when every row was still ours do we know exactly which ones ended FAIL.
+            if n == ids.len() as u64 {
+                let letters: Vec<DeadLetter> = dead
+                    .iter()
+                    .map(|(ev, e)| DeadLetter {
+                        id: ev.id,
+                        biz_no: ev.biz_no.clone(),
+                        event_type: ev.event_type.clone(),
+                        retry_count: ev.attempt + 1,
+                        last_error: e.to_string(),
+                    })
+                    .collect();
+                dead_lettered(inner, &letters);
+            } else {
+                log::warn!("{} of {} dead letters had lost their lease; another claim owns them", ids.len() as u64 - n, ids.len());
+                Counters::add(&inner.counters.dead_lettered, n);
+            }
+        }
+    }
+}
+
+fn log_breaker(inner: &Inner, t: Transition, reason: Option<&str>) {
+    match t {
+        Transition::Opened { failures } => {
+            Counters::add(&inner.counters.breaker_opened, 1);
+            log::warn!(
+                "circuit breaker opened after {failures} consecutive broker-wide failures ({}); claiming paused, probing every {} ms",
+                reason.unwrap_or("timeouts"),
+                inner.config.breaker_open.as_millis()
+            );
+        }
+        Transition::Reopened => log::debug!("circuit breaker probe failed; staying open"),
+        Transition::Closed => {
+            Counters::add(&inner.counters.breaker_closed, 1);
+            log::info!("circuit breaker closed: the broker accepts messages again");
+        }
+    }
+}
+
+fn dead_lettered(inner: &Inner, letters: &[DeadLetter]) {
+    Counters::add(&inner.counters.dead_lettered, letters.len() as u64);
+    for d in letters {
+        log::error!(
+            "event {} (biz_no {}, type {}) dead-lettered after {} attempts: {}",
+            d.id,
+            d.biz_no,
+            d.event_type,
+            d.retry_count,
+            d.last_error
+        );
+        if let Some(hook) = &inner.dead_letter {
+            if catch_unwind(AssertUnwindSafe(|| hook(d))).is_err() {
+                log::error!("dead-letter hook panicked for event {}", d.id);
+            }
+        }
+    }
+}
+
+fn release_chunk_unsent(inner: &Inner, chunk: &Chunk, reason: &str) {
+    let ids = ids_of(&chunk.events);
+    let lease_end = inner.leases.lock().get(&chunk.seq).map(|l| l.expires).unwrap_or_else(Instant::now);
+    if let Some(n) = with_db_retry(inner, lease_end, "release", || inner.store.release_unsent(chunk.token, &ids, reason)) {
+        Counters::add(&inner.counters.released_unsent, n);
+    }
+    if chunk.probe {
+        inner.breaker.lock().probe_not_sent();
+    }
+}
+
+/// Runs a state transition, retrying database errors with backoff while the lease lasts. If it
+/// never succeeds the rows stay SENDING and come back when their lease expires (at least once).
+fn with_db_retry(inner: &Inner, until: Instant, what: &str, mut f: impl FnMut() -> Result<u64>) -> Option<u64> {
+    let mut delay = Duration::from_millis(20);
+    loop {
+        match f() {
+            Ok(n) => return Some(n),
+            Err(e) => {
+                Counters::add(&inner.counters.db_errors, 1);
+                if Instant::now() + delay >= until {
+                    log::error!("{what} failed and the lease is ending; the rows return when it expires: {e}");
+                    return None;
+                }
+                log::warn!("{what} failed, retrying in {} ms: {e}", delay.as_millis());
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+fn reclaimer_loop(inner: &Inner, shutdown: Receiver<()>) {
+    let cfg = &inner.config;
+    let renew_after = cfg.lease.mul_f64(cfg.lease_renew_fraction);
+    let tick = if cfg.lease_renew_fraction > 0.0 {
+        cfg.reclaim_interval.min((renew_after / 4).max(Duration::from_millis(10)))
+    } else {
+        cfg.reclaim_interval
+    };
+    let mut next_reclaim = Instant::now();
+    let never = crossbeam_channel::never::<()>();
+    while !inner.stopping.load(SeqCst) {
+        let now = Instant::now();
+        if cfg.lease_renew_fraction > 0.0 {
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| renew_due(inner, renew_after))) {
+                log::error!("lease renewal panicked: {}", panic_message(&p));
+            }
+        }
+        if now >= next_reclaim {
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| reclaim_round(inner))) {
+                log::error!("reclaim panicked: {}", panic_message(&p));
+            }
+            next_reclaim = Instant::now() + cfg.reclaim_interval;
+        }
+        wait(&never, &shutdown, tick.min(next_reclaim.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// Renews the lease of every chunk held longer than `renew_after` since its claim or last renewal.
+fn renew_due(inner: &Inner, renew_after: Duration) {
+    let now = Instant::now();
+    let due: Vec<(u64, u64, Vec<EventId>)> = inner
+        .leases
+        .lock()
+        .iter()
+        .filter(|(_, l)| now.duration_since(l.renewed_at) >= renew_after)
+        .map(|(seq, l)| (*seq, l.token, l.ids.clone()))
+        .collect();
+    for (seq, token, ids) in due {
+        let started = Instant::now();
+        match inner.store.renew(token, &ids) {
+            Ok(n) => {
+                Counters::add(&inner.counters.renewed, n);
+                if let Some(l) = inner.leases.lock().get_mut(&seq) {
+                    l.renewed_at = started;
+                    if n > 0 {
+                        l.expires = started + inner.config.lease;
+                    }
+                }
+                if n < ids.len() as u64 {
+                    log::warn!("lease renewal: {} of {} events were no longer ours", ids.len() as u64 - n, ids.len());
+                }
+            }
+            Err(e) => {
+                Counters::add(&inner.counters.db_errors, 1);
+                log::warn!("lease renewal failed: {e}");
+            }
+        }
+    }
+}
+
+fn reclaim_round(inner: &Inner) {
+    loop {
+        match inner.store.reclaim_expired(inner.config.lease, RECLAIM_LIMIT) {
+            Ok(r) => {
+                let total = r.returned + r.dead.len() as u64;
+                if total > 0 {
+                    Counters::add(&inner.counters.reclaimed, total);
+                    log::warn!(
+                        "reclaimed {total} events whose lease expired ({} back to WAIT, {} dead-lettered): an instance died or stalled",
+                        r.returned,
+                        r.dead.len()
+                    );
+                    dead_lettered(inner, &r.dead);
+                }
+                if (total as usize) < RECLAIM_LIMIT || inner.stopping.load(SeqCst) {
+                    return;
+                }
+            }
+            Err(e) => {
+                Counters::add(&inner.counters.db_errors, 1);
+                log::warn!("reclaim failed: {e}");
+                return;
+            }
+        }
+    }
+}

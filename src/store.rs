@@ -1,0 +1,478 @@
+//! Every statement the relay runs against the outbox table.
+//!
+//! Statements that carry relay-generated values (ids, tokens, the validated instance id, error
+//! text) use the text protocol with integers inlined and strings as hex literals: one round trip,
+//! nothing interpolated unchecked, and no prepared-statement cache churn from `IN (...)` lists of
+//! varying length. The caller-facing INSERT is a constant prepared statement.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use mysql::prelude::Queryable;
+use mysql::{Pool, PooledConn, Row, TxOpts};
+
+use crate::config::{Backoff, BackoffPolicy, Config};
+use crate::error::Result;
+use crate::event::{parse_headers, EventId, NewEvent};
+use crate::publisher::OutboundEvent;
+
+/// Status values, as stored.
+pub mod status {
+    pub const WAIT: &str = "WAIT";
+    pub const SENDING: &str = "SENDING";
+    pub const SUCCESS: &str = "SUCCESS";
+    pub const FAIL: &str = "FAIL";
+}
+
+/// Longest `last_error` stored (the column is `VARCHAR(1024)`).
+const MAX_ERROR_CHARS: usize = 1000;
+
+/// The INSERT of one event, with its parameters in this order:
+/// `biz_no, event_type, payload, topic, tag, headers` (topic, tag and headers may be NULL;
+/// headers is a JSON object of strings). Status and times are set by the database.
+pub fn insert_statement(table: &str) -> String {
+    format!(
+        "INSERT INTO {table} (biz_no, event_type, payload, topic, tag, headers, status, retry_count, next_retry_time) \
+         VALUES (?, ?, ?, ?, ?, ?, 'WAIT', 0, NOW(3))"
+    )
+}
+
+/// The parameter names of [`insert_statement`], in order.
+pub const INSERT_PARAMS: &[&str] = &["biz_no", "event_type", "payload", "topic", "tag", "headers"];
+
+/// One claimed row and the claim that owns it.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub event: OutboundEvent,
+    pub token: u64,
+}
+
+/// A dead-lettered event, as handed to the dead-letter callback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub id: EventId,
+    pub biz_no: String,
+    pub event_type: String,
+    /// Attempts made, counting the last one.
+    pub retry_count: u32,
+    pub last_error: String,
+}
+
+/// A row returned to WAIT (or FAIL) by the reclaimer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reclaimed {
+    pub returned: u64,
+    pub dead: Vec<DeadLetter>,
+}
+
+/// Result of one claim round.
+#[derive(Debug, Default)]
+pub struct ClaimRound {
+    pub claimed: Vec<Claimed>,
+    /// Candidates another instance took first (per-row strategy only).
+    pub conflicts: u64,
+}
+
+/// Database gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Gauges {
+    pub wait: u64,
+    pub sending: u64,
+    pub fail: u64,
+    /// How long the most overdue due WAIT row has been due (0 when none is due).
+    pub oldest_wait_age: Duration,
+}
+
+/// The outbox table as the relay sees it.
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    table: String,
+    owner: String,
+    default_topic: String,
+    max_retry: u32,
+    backoff_sql: String,
+}
+
+impl Store {
+    pub fn new(pool: Pool, config: &Config, owner: String) -> Store {
+        Store {
+            pool,
+            table: config.table.clone(),
+            owner,
+            default_topic: config.topic.clone(),
+            max_retry: config.max_retry,
+            backoff_sql: backoff_sql(&config.backoff),
+        }
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    fn conn(&self) -> Result<PooledConn> {
+        Ok(self.pool.get_conn()?)
+    }
+
+    fn columns() -> &'static str {
+        "id, biz_no, event_type, payload, topic, tag, headers, retry_count"
+    }
+
+    fn event_from_row(&self, row: Row) -> OutboundEvent {
+        let (id, biz_no, event_type, payload, topic, tag, headers, retry_count): (
+            u64,
+            String,
+            String,
+            Vec<u8>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            u32,
+        ) = mysql::from_row(row);
+        OutboundEvent {
+            id,
+            biz_no,
+            event_type,
+            payload,
+            topic: topic.filter(|t| !t.is_empty()).unwrap_or_else(|| self.default_topic.clone()),
+            tag: tag.filter(|t| !t.is_empty()),
+            headers: parse_headers(id, headers.as_deref()),
+            attempt: retry_count,
+        }
+    }
+
+    /// Claims up to `limit` due rows in one short transaction with `FOR UPDATE SKIP LOCKED`.
+    /// The ORDER BY follows `idx_status_next_retry` exactly (`(status, next_retry_time)` plus the
+    /// primary key), so only the rows returned are locked, and instances never wait on each other.
+    pub fn claim_skip_locked(&self, limit: usize) -> Result<ClaimRound> {
+        let token = new_token();
+        let mut conn = self.conn()?;
+        let mut tx = conn.start_transaction(TxOpts::default())?;
+        let rows: Vec<Row> = tx.query(format!(
+            "SELECT {cols} FROM {t} FORCE INDEX (idx_status_next_retry) \
+             WHERE status = 'WAIT' AND next_retry_time <= NOW(3) \
+             ORDER BY next_retry_time, id LIMIT {limit} FOR UPDATE SKIP LOCKED",
+            cols = Self::columns(),
+            t = self.table,
+        ))?;
+        if rows.is_empty() {
+            tx.commit()?;
+            return Ok(ClaimRound::default());
+        }
+        let events: Vec<OutboundEvent> = rows.into_iter().map(|r| self.event_from_row(r)).collect();
+        tx.query_drop(format!(
+            "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3) \
+             WHERE id IN ({ids})",
+            t = self.table,
+            owner = lit(&self.owner),
+            ids = id_list(events.iter().map(|e| e.id)),
+        ))?;
+        tx.commit()?;
+        Ok(ClaimRound {
+            claimed: events.into_iter().map(|event| Claimed { event, token }).collect(),
+            conflicts: 0,
+        })
+    }
+
+    /// The seed's claim: a lock-free candidate SELECT, then one conditional UPDATE per row.
+    /// Ownership is decided by the affected-row count alone. The UPDATE also matches the
+    /// candidate's `retry_count`, so the attempt number the relay acts on is never stale.
+    pub fn claim_per_row(&self, limit: usize) -> Result<ClaimRound> {
+        let token = new_token();
+        let mut conn = self.conn()?;
+        let rows: Vec<Row> = conn.query(format!(
+            "SELECT {cols} FROM {t} FORCE INDEX (idx_status_next_retry) \
+             WHERE status = 'WAIT' AND next_retry_time <= NOW(3) ORDER BY next_retry_time, id LIMIT {limit}",
+            cols = Self::columns(),
+            t = self.table,
+        ))?;
+        let mut round = ClaimRound::default();
+        for row in rows {
+            let event = self.event_from_row(row);
+            conn.query_drop(format!(
+                "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3) \
+                 WHERE id = {id} AND status = 'WAIT' AND retry_count = {rc}",
+                t = self.table,
+                owner = lit(&self.owner),
+                id = event.id,
+                rc = event.attempt,
+            ))?;
+            if conn.affected_rows() == 1 {
+                round.claimed.push(Claimed { event, token });
+            } else {
+                log::debug!("event {} was claimed by another instance; skipped", event.id);
+                round.conflicts += 1;
+            }
+        }
+        Ok(round)
+    }
+
+    /// Marks rows SUCCESS under their claim. `msg_ids` holds the broker's message id per row (or
+    /// `None`). Returns how many rows were still ours; the others had lost their lease.
+    pub fn ack(&self, token: u64, acks: &[(EventId, Option<String>)]) -> Result<u64> {
+        if acks.is_empty() {
+            return Ok(0);
+        }
+        let first = &acks[0].1;
+        let msg_id_sql = if acks.iter().all(|(_, m)| m == first) {
+            opt_lit(first.as_deref())
+        } else {
+            let mut s = String::from("CASE id");
+            for (id, m) in acks {
+                let _ = write!(s, " WHEN {id} THEN {}", opt_lit(m.as_deref()));
+            }
+            s.push_str(" END");
+            s
+        };
+        self.transition(
+            token,
+            acks.iter().map(|(id, _)| *id),
+            &format!("status = 'SUCCESS', sent_at = NOW(3), broker_msg_id = {msg_id_sql}, last_error = NULL"),
+        )
+    }
+
+    /// Returns rows to WAIT after a failed attempt: `retry_count + 1` in SQL and the next try
+    /// after the configured backoff on the DB clock.
+    pub fn release_for_retry(&self, token: u64, ids: &[EventId], error: &str) -> Result<u64> {
+        self.transition(
+            token,
+            ids.iter().copied(),
+            &format!(
+                "status = 'WAIT', claim_owner = NULL, claimed_at = NULL, \
+                 next_retry_time = NOW(3) + INTERVAL {backoff} MICROSECOND, last_error = {err}, \
+                 retry_count = retry_count + 1",
+                backoff = self.backoff_sql,
+                err = lit(&truncate(error)),
+            ),
+        )
+    }
+
+    /// Returns rows to WAIT without using an attempt (broker outage, shutdown): due at once.
+    pub fn release_unsent(&self, token: u64, ids: &[EventId], reason: &str) -> Result<u64> {
+        self.transition(
+            token,
+            ids.iter().copied(),
+            &format!(
+                "status = 'WAIT', claim_owner = NULL, claimed_at = NULL, next_retry_time = NOW(3), last_error = {}",
+                lit(&truncate(reason))
+            ),
+        )
+    }
+
+    /// Dead-letters rows whose last allowed attempt failed.
+    pub fn fail(&self, token: u64, ids: &[EventId], error: &str) -> Result<u64> {
+        self.transition(
+            token,
+            ids.iter().copied(),
+            &format!("status = 'FAIL', last_error = {}, retry_count = retry_count + 1", lit(&truncate(error))),
+        )
+    }
+
+    /// Extends the lease of rows still held under `token`. Returns how many still were.
+    pub fn renew(&self, token: u64, ids: &[EventId]) -> Result<u64> {
+        self.transition(token, ids.iter().copied(), "claimed_at = NOW(3)")
+    }
+
+    /// Every transition after the claim matches id, status SENDING and the claim token.
+    fn transition(&self, token: u64, ids: impl Iterator<Item = EventId>, set: &str) -> Result<u64> {
+        let ids = id_list(ids);
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut conn = self.conn()?;
+        conn.query_drop(format!(
+            "UPDATE {t} SET {set} WHERE id IN ({ids}) AND status = 'SENDING' AND claim_token = {token}",
+            t = self.table
+        ))?;
+        Ok(conn.affected_rows())
+    }
+
+    /// Returns SENDING rows whose lease (`claimed_at`) has expired to WAIT. A reclaim counts as an
+    /// attempt: rows that have used all their attempts go to FAIL instead, so a row that kills
+    /// its sender does not loop forever. At most `limit` rows per call.
+    pub fn reclaim_expired(&self, lease: Duration, limit: usize) -> Result<Reclaimed> {
+        let mut conn = self.conn()?;
+        let mut tx = conn.start_transaction(TxOpts::default())?;
+        let rows: Vec<(u64, String, String, u32, Option<String>)> = tx.query(format!(
+            "SELECT id, biz_no, event_type, retry_count, claim_owner FROM {t} FORCE INDEX (idx_status_claimed_at) \
+             WHERE status = 'SENDING' AND claimed_at < NOW(3) - INTERVAL {us} MICROSECOND \
+             ORDER BY claimed_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED",
+            t = self.table,
+            us = lease.as_micros(),
+        ))?;
+        if rows.is_empty() {
+            tx.commit()?;
+            return Ok(Reclaimed { returned: 0, dead: Vec::new() });
+        }
+        let (dead, back): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| r.3 >= self.max_retry);
+        if !back.is_empty() {
+            let owners: Vec<&str> = back.iter().filter_map(|r| r.4.as_deref()).collect();
+            tx.query_drop(format!(
+                "UPDATE {t} SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL, claim_token = NULL, \
+                 next_retry_time = NOW(3), last_error = {err}, retry_count = retry_count + 1 WHERE id IN ({ids})",
+                t = self.table,
+                err = lit(&truncate(&format!("lease expired (owner {})", dedup_join(&owners)))),
+                ids = id_list(back.iter().map(|r| r.0)),
+            ))?;
+        }
+        let mut dead_letters = Vec::new();
+        if !dead.is_empty() {
+            let err = "lease expired on the last allowed attempt";
+            tx.query_drop(format!(
+                "UPDATE {t} SET status = 'FAIL', last_error = {err}, retry_count = retry_count + 1 WHERE id IN ({ids})",
+                t = self.table,
+                err = lit(err),
+                ids = id_list(dead.iter().map(|r| r.0)),
+            ))?;
+            dead_letters = dead
+                .into_iter()
+                .map(|(id, biz_no, event_type, rc, _)| DeadLetter {
+                    id,
+                    biz_no,
+                    event_type,
+                    retry_count: rc + 1,
+                    last_error: err.into(),
+                })
+                .collect();
+        }
+        tx.commit()?;
+        Ok(Reclaimed {
+            returned: back.len() as u64,
+            dead: dead_letters,
+        })
+    }
+
+    /// Counts by status and the age of the most overdue due WAIT row.
+    pub fn gauges(&self) -> Result<Gauges> {
+        let mut conn = self.conn()?;
+        let count = |conn: &mut PooledConn, st: &str| -> Result<u64> {
+            let n: Option<u64> = conn.query_first(format!("SELECT COUNT(*) FROM {} WHERE status = '{st}'", self.table))?;
+            Ok(n.unwrap_or(0))
+        };
+        let wait = count(&mut conn, status::WAIT)?;
+        let sending = count(&mut conn, status::SENDING)?;
+        let fail = count(&mut conn, status::FAIL)?;
+        let age_us: Option<Option<i64>> = conn.query_first(format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(next_retry_time), NOW(3)) FROM {} \
+             WHERE status = 'WAIT' AND next_retry_time <= NOW(3)",
+            self.table
+        ))?;
+        let age = age_us.flatten().unwrap_or(0).max(0) as u64;
+        Ok(Gauges {
+            wait,
+            sending,
+            fail,
+            oldest_wait_age: Duration::from_micros(age),
+        })
+    }
+}
+
+/// Inserts one event through any connection or transaction; returns its id.
+pub(crate) fn insert<Q: Queryable>(q: &mut Q, table: &str, event: &NewEvent) -> Result<EventId> {
+    let result = q.exec_iter(
+        insert_statement(table),
+        (
+            &event.biz_no,
+            &event.event_type,
+            &event.payload,
+            &event.topic,
+            &event.tag,
+            event.headers_json(),
+        ),
+    )?;
+    Ok(result.last_insert_id().unwrap_or(0))
+}
+
+/// The backoff in microseconds as a SQL expression of the row's `retry_count` before the
+/// increment (so `retry_count + 1` is the attempt that just failed).
+fn backoff_sql(b: &Backoff) -> String {
+    let base = b.base.as_millis() as u64;
+    let max = b.max.as_millis() as u64;
+    let n = "(retry_count + 1)";
+    let ms = match b.policy {
+        BackoffPolicy::Fixed => format!("{base}"),
+        BackoffPolicy::Quadratic => format!("{base} * {n} * {n}"),
+        BackoffPolicy::Exponential => format!("{base} * POW(2, LEAST(retry_count, 62))"),
+    };
+    let jitter = if b.jitter > 0.0 {
+        format!(" * (1 - {:.6} * RAND())", b.jitter)
+    } else {
+        String::new()
+    };
+    format!("CAST(LEAST({max}, {ms}){jitter} * 1000 AS UNSIGNED)")
+}
+
+fn new_token() -> u64 {
+    // Random, non-zero, fits BIGINT UNSIGNED. A fresh token per claim fences every earlier claim.
+    rand::random::<u64>() | 1
+}
+
+fn id_list(ids: impl Iterator<Item = EventId>) -> String {
+    let mut s = String::new();
+    for id in ids {
+        if !s.is_empty() {
+            s.push(',');
+        }
+        let _ = write!(s, "{id}");
+    }
+    s
+}
+
+/// A string as a SQL hex literal: safe whatever it contains, one round trip, no escaping rules.
+fn lit(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 2 + 12);
+    out.push_str("CONVERT(X'");
+    for b in s.bytes() {
+        let _ = write!(out, "{b:02x}");
+    }
+    out.push_str("' USING utf8mb4)");
+    out
+}
+
+fn opt_lit(s: Option<&str>) -> String {
+    s.map(lit).unwrap_or_else(|| "NULL".into())
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(MAX_ERROR_CHARS).collect()
+}
+
+fn dedup_join(items: &[&str]) -> String {
+    let mut v: Vec<&str> = items.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_literals_are_hex_so_nothing_can_escape() {
+        assert_eq!(lit("a'b"), "CONVERT(X'612762' USING utf8mb4)");
+        assert_eq!(lit(""), "CONVERT(X'' USING utf8mb4)");
+    }
+
+    #[test]
+    fn backoff_sql_follows_the_policy() {
+        let b = Backoff {
+            policy: BackoffPolicy::Quadratic,
+            base: Duration::from_secs(5),
+            max: Duration::from_secs(600),
+            jitter: 0.0,
+        };
+        assert_eq!(
+            backoff_sql(&b),
+            "CAST(LEAST(600000, 5000 * (retry_count + 1) * (retry_count + 1)) * 1000 AS UNSIGNED)"
+        );
+    }
+}
