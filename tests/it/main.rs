@@ -1,0 +1,3 @@
+//! One integration-test binary; each module covers one area. Every test uses its own database.
+
+mod support;

@@ -1,0 +1,195 @@
+//! Shared test fixtures: a throwaway database per test and a scriptable recording publisher.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+use mysql::{Opts, Pool};
+use parking_lot::Mutex;
+
+use outbox::{Config, OutboundEvent, Publisher, SendError, SendOutcome};
+
+/// Server URL without a database; `OUTBOX_TEST_MYSQL` overrides it.
+pub fn server_url() -> String {
+    std::env::var("OUTBOX_TEST_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+}
+
+/// A database of its own for one test, migrated, dropped when the value is dropped.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    pub pool: Pool,
+}
+
+impl TestDb {
+    pub fn new(tag: &str) -> TestDb {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let name = format!("outbox_t_{}_{:08x}", tag, rand::random::<u32>());
+        let server = Pool::new(Opts::from_url(&server_url()).unwrap()).expect("MariaDB on 127.0.0.1:3306");
+        server
+            .get_conn()
+            .unwrap()
+            .query_drop(format!("CREATE DATABASE {name}"))
+            .unwrap();
+        let url = format!("{}/{}", server_url(), name);
+        let pool = Pool::new(Opts::from_url(&url).unwrap()).unwrap();
+        outbox::migrate(&pool).expect("migrations apply");
+        TestDb { name, url, pool }
+    }
+
+    /// The project's defaults pointed at this database, with timings short enough for tests.
+    pub fn config(&self) -> Config {
+        let mut c = Config::new(&self.url);
+        c.scan_interval = Duration::from_millis(50);
+        c.reclaim_interval = Duration::from_millis(100);
+        c
+    }
+
+    pub fn conn(&self) -> mysql::PooledConn {
+        self.pool.get_conn().unwrap()
+    }
+
+    /// `(id, status, retry_count, claim_owner)` of every row, by id.
+    pub fn rows(&self) -> Vec<(u64, String, u32, Option<String>)> {
+        self.conn()
+            .query("SELECT id, status, retry_count, claim_owner FROM t_event_record ORDER BY id")
+            .unwrap()
+    }
+
+    pub fn count(&self, status: &str) -> u64 {
+        self.conn()
+            .exec_first("SELECT COUNT(*) FROM t_event_record WHERE status = ?", (status,))
+            .unwrap()
+            .unwrap_or(0)
+    }
+
+    /// Inserts `n` events directly (outside any relay), returns their ids.
+    pub fn seed(&self, n: usize) -> Vec<u64> {
+        let mut conn = self.conn();
+        let mut ids = Vec::with_capacity(n);
+        for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+            let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+            for i in chunk {
+                let e = outbox::NewEvent::new(format!("ORD-{i}"), "ORDER_CREATED", format!("{{\"n\":{i}}}"));
+                ids.push(outbox::enqueue_in_tx(&mut tx, &e).unwrap());
+            }
+            tx.commit().unwrap();
+        }
+        ids
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Ok(server) = Pool::new(Opts::from_url(&server_url()).unwrap()) {
+            if let Ok(mut c) = server.get_conn() {
+                let _ = c.query_drop(format!("DROP DATABASE IF EXISTS {}", self.name));
+            }
+        }
+    }
+}
+
+/// Polls `cond` until it holds or `limit` passes; returns whether it held. This waits on a
+/// condition (database state written by other threads), it is not a fixed sleep.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A scripted fault for the recording publisher.
+#[derive(Clone)]
+pub enum Fault {
+    /// Fail this event id's sends with this error, `times` times (usize::MAX = always).
+    Fail { id: u64, error: SendError, times: usize },
+    /// Fail every send whatever the event (broker down).
+    FailAll(SendError),
+    /// Delay sends of this event id by this long (once), then succeed.
+    Delay { id: u64, by: Duration },
+    /// Panic when this event id is sent (`times` times).
+    Panic { id: u64, times: usize },
+}
+
+/// Records every successful send (event id → number of sends and who sent it) and applies faults.
+#[derive(Default)]
+pub struct Recorder {
+    pub sent: Mutex<HashMap<u64, usize>>,
+    pub sent_events: Mutex<Vec<OutboundEvent>>,
+    pub calls: AtomicUsize,
+    faults: Mutex<Vec<Fault>>,
+    hits: Mutex<HashMap<(u64, u8), usize>>,
+}
+
+impl Recorder {
+    pub fn new() -> Arc<Recorder> {
+        Arc::new(Recorder::default())
+    }
+
+    pub fn with_faults(faults: Vec<Fault>) -> Arc<Recorder> {
+        let r = Recorder::default();
+        *r.faults.lock() = faults;
+        Arc::new(r)
+    }
+
+    pub fn set_faults(&self, faults: Vec<Fault>) {
+        *self.faults.lock() = faults;
+    }
+
+    pub fn total_sent(&self) -> usize {
+        self.sent.lock().values().sum()
+    }
+
+    pub fn sends_of(&self, id: u64) -> usize {
+        self.sent.lock().get(&id).copied().unwrap_or(0)
+    }
+
+    fn hit(&self, id: u64, kind: u8, times: usize) -> bool {
+        let mut h = self.hits.lock();
+        let n = h.entry((id, kind)).or_insert(0);
+        if *n < times {
+            *n += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Publisher for Recorder {
+    fn publish(&self, events: &[OutboundEvent], _timeout: Duration) -> Vec<SendOutcome> {
+        self.calls.fetch_add(1, SeqCst);
+        let faults = self.faults.lock().clone();
+        events
+            .iter()
+            .map(|e| {
+                for f in &faults {
+                    match f {
+                        Fault::FailAll(err) => return SendOutcome::Failed(err.clone()),
+                        Fault::Fail { id, error, times } if *id == e.id && self.hit(e.id, 0, *times) => {
+                            return SendOutcome::Failed(error.clone())
+                        }
+                        Fault::Delay { id, by } if *id == e.id && self.hit(e.id, 1, 1) => std::thread::sleep(*by),
+                        Fault::Panic { id, times } if *id == e.id && self.hit(e.id, 2, *times) => {
+                            panic!("scripted panic for event {id}")
+                        }
+                        _ => {}
+                    }
+                }
+                *self.sent.lock().entry(e.id).or_insert(0) += 1;
+                self.sent_events.lock().push(e.clone());
+                SendOutcome::Sent {
+                    msg_id: Some(format!("MSG{:016X}", e.id)),
+                }
+            })
+            .collect()
+    }
+}
