@@ -149,6 +149,31 @@ impl Store {
         }
     }
 
+    /// The scan: due WAIT rows in `idx_status_next_retry` order. With `lock`, it takes row locks
+    /// and skips rows locked by other claimers. The ORDER BY follows the index exactly (its columns
+    /// plus the primary key), or MariaDB would sort and lock every matching row.
+    pub fn scan_sql(&self, limit: usize, lock: bool) -> String {
+        format!(
+            "SELECT {cols} FROM {t} FORCE INDEX (idx_status_next_retry) \
+             WHERE status = 'WAIT' AND next_retry_time <= NOW(3) \
+             ORDER BY next_retry_time, id LIMIT {limit}{lock}",
+            cols = Self::columns(),
+            t = self.table,
+            lock = if lock { " FOR UPDATE SKIP LOCKED" } else { "" },
+        )
+    }
+
+    /// The reclaim: SENDING rows whose lease has expired, in `idx_status_claimed_at` order.
+    pub fn reclaim_sql(&self, lease: Duration, limit: usize) -> String {
+        format!(
+            "SELECT id, biz_no, event_type, retry_count, claim_owner FROM {t} FORCE INDEX (idx_status_claimed_at) \
+             WHERE status = 'SENDING' AND claimed_at < NOW(3) - INTERVAL {us} MICROSECOND \
+             ORDER BY claimed_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED",
+            t = self.table,
+            us = lease.as_micros(),
+        )
+    }
+
     /// Claims up to `limit` due rows in one short transaction with `FOR UPDATE SKIP LOCKED`.
     /// The ORDER BY follows `idx_status_next_retry` exactly (`(status, next_retry_time)` plus the
     /// primary key), so only the rows returned are locked, and instances never wait on each other.
@@ -156,13 +181,7 @@ impl Store {
         let token = new_token();
         let mut conn = self.conn()?;
         let mut tx = conn.start_transaction(TxOpts::default())?;
-        let rows: Vec<Row> = tx.query(format!(
-            "SELECT {cols} FROM {t} FORCE INDEX (idx_status_next_retry) \
-             WHERE status = 'WAIT' AND next_retry_time <= NOW(3) \
-             ORDER BY next_retry_time, id LIMIT {limit} FOR UPDATE SKIP LOCKED",
-            cols = Self::columns(),
-            t = self.table,
-        ))?;
+        let rows: Vec<Row> = tx.query(self.scan_sql(limit, true))?;
         if rows.is_empty() {
             tx.commit()?;
             return Ok(ClaimRound::default());
@@ -188,12 +207,7 @@ impl Store {
     pub fn claim_per_row(&self, limit: usize) -> Result<ClaimRound> {
         let token = new_token();
         let mut conn = self.conn()?;
-        let rows: Vec<Row> = conn.query(format!(
-            "SELECT {cols} FROM {t} FORCE INDEX (idx_status_next_retry) \
-             WHERE status = 'WAIT' AND next_retry_time <= NOW(3) ORDER BY next_retry_time, id LIMIT {limit}",
-            cols = Self::columns(),
-            t = self.table,
-        ))?;
+        let rows: Vec<Row> = conn.query(self.scan_sql(limit, false))?;
         let mut round = ClaimRound::default();
         for row in rows {
             let event = self.event_from_row(row);
@@ -301,13 +315,7 @@ impl Store {
     pub fn reclaim_expired(&self, lease: Duration, limit: usize) -> Result<Reclaimed> {
         let mut conn = self.conn()?;
         let mut tx = conn.start_transaction(TxOpts::default())?;
-        let rows: Vec<(u64, String, String, u32, Option<String>)> = tx.query(format!(
-            "SELECT id, biz_no, event_type, retry_count, claim_owner FROM {t} FORCE INDEX (idx_status_claimed_at) \
-             WHERE status = 'SENDING' AND claimed_at < NOW(3) - INTERVAL {us} MICROSECOND \
-             ORDER BY claimed_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED",
-            t = self.table,
-            us = lease.as_micros(),
-        ))?;
+        let rows: Vec<(u64, String, String, u32, Option<String>)> = tx.query(self.reclaim_sql(lease, limit))?;
         if rows.is_empty() {
             tx.commit()?;
             return Ok(Reclaimed { returned: 0, dead: Vec::new() });

@@ -1,3 +1,5 @@
 //! One integration-test binary; each module covers one area. Every test uses its own database.
 
 mod support;
+mod protocol;
+mod schema;

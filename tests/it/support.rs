@@ -113,8 +113,8 @@ pub enum Fault {
     Fail { id: u64, error: SendError, times: usize },
     /// Fail every send whatever the event (broker down).
     FailAll(SendError),
-    /// Delay sends of this event id by this long (once), then succeed.
-    Delay { id: u64, by: Duration },
+    /// Delay sends of this event id by this long (`times` times), then succeed.
+    Delay { id: u64, by: Duration, times: usize },
     /// Panic when this event id is sent (`times` times).
     Panic { id: u64, times: usize },
 }
@@ -177,7 +177,7 @@ impl Publisher for Recorder {
                         Fault::Fail { id, error, times } if *id == e.id && self.hit(e.id, 0, *times) => {
                             return SendOutcome::Failed(error.clone())
                         }
-                        Fault::Delay { id, by } if *id == e.id && self.hit(e.id, 1, 1) => std::thread::sleep(*by),
+                        Fault::Delay { id, by, times } if *id == e.id && self.hit(e.id, 1, *times) => std::thread::sleep(*by),
                         Fault::Panic { id, times } if *id == e.id && self.hit(e.id, 2, *times) => {
                             panic!("scripted panic for event {id}")
                         }

@@ -1,0 +1,282 @@
+//! The protocol at the statement level: claims, fencing, retries, reclaims.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use mysql::prelude::Queryable;
+use mysql::{Row, TxOpts};
+
+use crate::support::{wait_until, TestDb};
+use outbox::store::Store;
+use outbox::{BackoffPolicy, Config, NewEvent};
+
+fn store(cfg: &Config, owner: &str) -> Store {
+    Store::new(outbox::connect(cfg).unwrap(), cfg, owner.into())
+}
+
+#[test]
+fn rolled_back_transaction_leaves_no_row() {
+    let db = TestDb::new("rollback");
+    let mut conn = db.conn();
+    conn.query_drop("CREATE TABLE orders (id INT PRIMARY KEY)").unwrap();
+    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+    tx.query_drop("INSERT INTO orders VALUES (1)").unwrap();
+    let id = outbox::enqueue_in_tx(&mut tx, &NewEvent::new("ORD-1", "ORDER_CREATED", "{}")).unwrap();
+    assert!(id > 0);
+    tx.rollback().unwrap();
+    assert!(db.rows().is_empty());
+    let orders: Option<u64> = db.conn().query_first("SELECT COUNT(*) FROM orders").unwrap();
+    assert_eq!(orders, Some(0));
+}
+
+#[test]
+fn invalid_events_are_refused_naming_the_field() {
+    let db = TestDb::new("invalid");
+    let mut conn = db.conn();
+    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+    let cases = [
+        (NewEvent::new("", "ORDER_CREATED", "x"), "biz_no"),
+        (NewEvent::new("ORD", " ", "x"), "event_type"),
+        (NewEvent::new("ORD", "T", ""), "payload"),
+        (NewEvent::new("ORD", "T", vec![1u8; 4 * 1024 * 1024 + 1]), "payload"),
+        (NewEvent::new("ORD", "T", "x").with_topic("bad topic"), "topic"),
+        (NewEvent::new("ORD", "T", "x").with_header("eventId", "7"), "headers"),
+        (NewEvent::new("x".repeat(65), "T", "x"), "biz_no"),
+    ];
+    for (e, field) in cases {
+        let err = outbox::enqueue_in_tx(&mut tx, &e).unwrap_err();
+        match &err {
+            outbox::Error::InvalidEvent { field: f, .. } => assert_eq!(*f, field, "{err}"),
+            other => panic!("expected InvalidEvent for {field}, got {other}"),
+        }
+        assert!(err.to_string().contains(field));
+    }
+    tx.commit().unwrap();
+    assert!(db.rows().is_empty());
+}
+
+#[test]
+fn skip_locked_claimers_get_disjoint_non_empty_batches() {
+    let db = TestDb::new("skiplock");
+    db.seed(40);
+    let cfg = db.config();
+    let a = store(&cfg, "a-1-aaaaaa");
+    let b = store(&cfg, "b-1-bbbbbb");
+    // Hold A's claim transaction open (its row locks taken) while B claims.
+    let mut conn = a.pool().get_conn().unwrap();
+    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+    let held: Vec<Row> = tx.query(a.scan_sql(10, true)).unwrap();
+    let held: HashSet<u64> = held.into_iter().map(|r| r.get::<u64, _>("id").unwrap()).collect();
+    assert_eq!(held.len(), 10);
+    let started = std::time::Instant::now();
+    let got = b.claim_skip_locked(10).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "B waited on A's locks");
+    let got: HashSet<u64> = got.claimed.iter().map(|c| c.event.id).collect();
+    assert_eq!(got.len(), 10, "B got nothing while A held its batch: SKIP LOCKED is locking every row");
+    assert!(got.is_disjoint(&held), "{got:?} overlaps {held:?}");
+    tx.rollback().unwrap();
+
+    // And racing flat out, two claimers split everything with no overlap.
+    let a2 = a.clone();
+    let t = std::thread::spawn(move || {
+        let mut mine = Vec::new();
+        loop {
+            let r = a2.claim_skip_locked(3).unwrap();
+            if r.claimed.is_empty() {
+                return mine;
+            }
+            mine.extend(r.claimed.iter().map(|c| c.event.id));
+        }
+    });
+    let mut mine_b: Vec<u64> = got.into_iter().collect();
+    loop {
+        let r = b.claim_skip_locked(3).unwrap();
+        if r.claimed.is_empty() {
+            break;
+        }
+        mine_b.extend(r.claimed.iter().map(|c| c.event.id));
+    }
+    let mine_a = t.join().unwrap();
+    let sa: HashSet<u64> = mine_a.iter().copied().collect();
+    let sb: HashSet<u64> = mine_b.iter().copied().collect();
+    assert!(sa.is_disjoint(&sb));
+    assert_eq!(sa.len() + sb.len(), 40);
+    assert_eq!(db.count("SENDING"), 40);
+}
+
+#[test]
+fn per_row_claims_are_decided_by_affected_rows() {
+    let db = TestDb::new("perrow");
+    db.seed(30);
+    let cfg = db.config();
+    let stores: Vec<Store> = (0..3).map(|i| store(&cfg, &format!("s{i}-1-000000"))).collect();
+    let handles: Vec<_> = stores
+        .into_iter()
+        .map(|s| {
+            std::thread::spawn(move || {
+                let (mut ids, mut conflicts) = (Vec::new(), 0);
+                loop {
+                    let r = s.claim_per_row(30).unwrap();
+                    conflicts += r.conflicts;
+                    if r.claimed.is_empty() && r.conflicts == 0 {
+                        return (ids, conflicts);
+                    }
+                    ids.extend(r.claimed.iter().map(|c| c.event.id));
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.join().unwrap().0);
+    }
+    let distinct: HashSet<u64> = all.iter().copied().collect();
+    assert_eq!(all.len(), 30, "a row was claimed twice");
+    assert_eq!(distinct.len(), 30);
+}
+
+#[test]
+fn a_late_ack_from_an_earlier_claim_changes_nothing_even_from_the_same_instance() {
+    let db = TestDb::new("aba");
+    let id = db.seed(1)[0];
+    let cfg = db.config();
+    let s = store(&cfg, "order-8083-a1b2c3");
+    let first = s.claim_skip_locked(1).unwrap().claimed.remove(0);
+    // The lease expires (reclaim with a zero lease), and the SAME instance claims again.
+    let r = wait_reclaim(&s, Duration::ZERO);
+    assert_eq!(r, 1);
+    let second = s.claim_skip_locked(1).unwrap().claimed.remove(0);
+    assert_eq!(second.event.id, id);
+    assert_ne!(first.token, second.token);
+    // The owner matches, but the token does not: the late ack of the first attempt is fenced off.
+    assert_eq!(s.ack(first.token, &[(id, Some("late".into()))]).unwrap(), 0);
+    assert_eq!(s.release_for_retry(first.token, &[id], "late failure").unwrap(), 0);
+    assert_eq!(s.fail(first.token, &[id], "late failure").unwrap(), 0);
+    assert_eq!(db.count("SENDING"), 1);
+    assert_eq!(s.ack(second.token, &[(id, Some("M2".into()))]).unwrap(), 1);
+    let (status, msg): (String, Option<String>) = db
+        .conn()
+        .query_first("SELECT status, broker_msg_id FROM t_event_record")
+        .unwrap()
+        .unwrap();
+    assert_eq!((status.as_str(), msg.as_deref()), ("SUCCESS", Some("M2")));
+}
+
+fn wait_reclaim(s: &Store, lease: Duration) -> u64 {
+    let mut n = 0;
+    // claimed_at has millisecond precision: the row is expired once the DB clock moves past it.
+    assert!(wait_until(Duration::from_secs(5), || {
+        let r = s.reclaim_expired(lease, 100).unwrap();
+        n = r.returned + r.dead.len() as u64;
+        n > 0
+    }));
+    n
+}
+
+#[test]
+fn retry_count_is_incremented_in_sql_and_backoff_follows_the_db_clock() {
+    let db = TestDb::new("backoff");
+    let id = db.seed(1)[0];
+    let mut cfg = db.config();
+    cfg.backoff.policy = BackoffPolicy::Quadratic;
+    cfg.backoff.base = Duration::from_millis(1000);
+    let s = store(&cfg, "backoff-1-000000");
+    for n in 1u64..=3 {
+        let c = s.claim_skip_locked(1).unwrap().claimed.remove(0);
+        assert_eq!(c.event.attempt as u64, n - 1);
+        assert_eq!(s.release_for_retry(c.token, &[id], "boom").unwrap(), 1);
+        let (rc, delay_ms, status): (u32, i64, String) = db
+            .conn()
+            .query_first(
+                "SELECT retry_count, TIMESTAMPDIFF(MICROSECOND, update_time, next_retry_time) DIV 1000, status FROM t_event_record",
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(rc as u64, n);
+        assert_eq!(status, "WAIT");
+        assert_eq!(delay_ms as u64, n * n * 1000, "attempt {n}");
+        // Make it due again without waiting for the backoff.
+        db.conn()
+            .query_drop("UPDATE t_event_record SET next_retry_time = NOW(3)")
+            .unwrap();
+    }
+}
+
+#[test]
+fn exponential_backoff_is_capped() {
+    let db = TestDb::new("expo");
+    let id = db.seed(1)[0];
+    let mut cfg = db.config();
+    cfg.backoff.policy = BackoffPolicy::Exponential;
+    cfg.backoff.base = Duration::from_millis(100);
+    cfg.backoff.max = Duration::from_millis(350);
+    let s = store(&cfg, "expo-1-000000");
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let c = s.claim_skip_locked(1).unwrap().claimed.remove(0);
+        s.release_for_retry(c.token, &[id], "boom").unwrap();
+        let d: i64 = db
+            .conn()
+            .query_first("SELECT TIMESTAMPDIFF(MICROSECOND, update_time, next_retry_time) DIV 1000 FROM t_event_record")
+            .unwrap()
+            .unwrap();
+        seen.push(d);
+        db.conn().query_drop("UPDATE t_event_record SET next_retry_time = NOW(3)").unwrap();
+    }
+    assert_eq!(seen, vec![100, 200, 350, 350]);
+}
+
+#[test]
+fn a_row_that_keeps_killing_its_sender_ends_fail_through_reclaims() {
+    let db = TestDb::new("poison");
+    let id = db.seed(1)[0];
+    let mut cfg = db.config();
+    cfg.max_retry = 3;
+    let s = store(&cfg, "doomed-1-000000");
+    let mut dead = Vec::new();
+    for round in 0..=3 {
+        // The instance claims and dies before acking: the only way back is the lease.
+        let c = s.claim_skip_locked(1).unwrap();
+        assert_eq!(c.claimed.len(), 1, "round {round}");
+        let mut got = None;
+        assert!(wait_until(Duration::from_secs(5), || {
+            let r = s.reclaim_expired(Duration::ZERO, 10).unwrap();
+            let hit = r.returned > 0 || !r.dead.is_empty();
+            if hit {
+                got = Some(r);
+            }
+            hit
+        }));
+        let r = got.unwrap();
+        if round < 3 {
+            assert_eq!((r.returned, r.dead.len()), (1, 0), "round {round}");
+        } else {
+            dead = r.dead;
+        }
+    }
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].id, id);
+    assert_eq!(dead[0].retry_count, 4);
+    let rows = db.rows();
+    assert_eq!(rows[0].1, "FAIL");
+    assert_eq!(rows[0].2, 4);
+    assert!(s.claim_skip_locked(1).unwrap().claimed.is_empty());
+}
+
+#[test]
+fn insert_statement_is_the_one_the_bindings_use() {
+    let db = TestDb::new("insert");
+    let sql = outbox::insert_statement("t_event_record");
+    assert_eq!(outbox::INSERT_PARAMS, &["biz_no", "event_type", "payload", "topic", "tag", "headers"]);
+    db.conn()
+        .exec_drop(
+            &sql,
+            ("ORD-9", "ORDER_PAID", b"{}".to_vec(), Some("T1"), None::<String>, Some("{\"k\":\"v\"}")),
+        )
+        .unwrap();
+    let s = store(&db.config(), "ins-1-000000");
+    let c = s.claim_skip_locked(1).unwrap().claimed.remove(0);
+    assert_eq!(c.event.topic, "T1");
+    assert_eq!(c.event.headers.get("k").map(String::as_str), Some("v"));
+    assert_eq!(c.event.payload, b"{}");
+}

@@ -1,0 +1,109 @@
+//! Migrations, the table name, and the scan/reclaim plans.
+
+use mysql::prelude::Queryable;
+use mysql::Row;
+use std::time::Duration;
+
+use crate::support::TestDb;
+use outbox::store::Store;
+
+#[test]
+fn migrations_are_recorded_and_idempotent() {
+    let db = TestDb::new("mig");
+    let again = outbox::migrate(&db.pool).unwrap();
+    assert!(again.applied.is_empty(), "second run applied {:?}", again.applied);
+    let versions: Vec<u32> = db
+        .conn()
+        .query("SELECT version FROM outbox_schema_history WHERE table_name = 't_event_record' ORDER BY version")
+        .unwrap();
+    assert_eq!(versions, vec![1, 2]);
+}
+
+#[test]
+fn a_seed_era_table_is_upgraded_in_place() {
+    let db = TestDb::new("seedtbl");
+    let mut c = db.conn();
+    // A table as the seed's users have it (second-precision times, no fencing columns).
+    c.query_drop(
+        "CREATE TABLE legacy_events (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, biz_no VARCHAR(64) NOT NULL,
+         event_type VARCHAR(64) NOT NULL, payload MEDIUMBLOB NOT NULL, status VARCHAR(16) NOT NULL DEFAULT 'WAIT',
+         retry_count INT UNSIGNED NOT NULL DEFAULT 0, next_retry_time DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+         claim_owner VARCHAR(128) NULL, claimed_at DATETIME NULL, create_time DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+         update_time DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+         KEY idx_status_next_retry (status, next_retry_time), KEY idx_status_claimed_at (status, claimed_at))",
+    )
+    .unwrap();
+    c.query_drop("INSERT INTO legacy_events (biz_no, event_type, payload) VALUES ('ORD-1', 'ORDER_CREATED', 'x')")
+        .unwrap();
+    let r = outbox::migrate_table(&db.pool, "legacy_events").unwrap();
+    assert_eq!(r.applied, vec![1, 2]);
+    let (token, precision): (Option<u64>, u32) = c
+        .query_first(
+            "SELECT claim_token, (SELECT DATETIME_PRECISION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()
+             AND TABLE_NAME = 'legacy_events' AND COLUMN_NAME = 'next_retry_time') FROM legacy_events",
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(token, None);
+    assert_eq!(precision, 3);
+}
+
+#[test]
+fn table_name_with_sql_in_it_is_refused_everywhere() {
+    let db = TestDb::new("badtbl");
+    let err = outbox::migrate_table(&db.pool, "t_event_record; DROP TABLE x").unwrap_err().to_string();
+    assert!(err.contains("t_event_record; DROP TABLE x") && err.contains("table"), "{err}");
+    let mut c = db.config();
+    let err = c.set("table", "x`y").unwrap_err().to_string();
+    assert!(err.contains("x`y"), "{err}");
+}
+
+fn explain(db: &TestDb, sql: &str) -> Vec<(String, Option<String>, String)> {
+    // (type, key, Extra) of each row of the plan
+    let rows: Vec<Row> = db.conn().query(format!("EXPLAIN {sql}")).unwrap();
+    rows.into_iter()
+        .map(|r| {
+            let t: Option<String> = r.get("type").unwrap();
+            let k: Option<String> = r.get("key").unwrap();
+            let e: Option<String> = r.get("Extra").unwrap();
+            (t.unwrap_or_default(), k, e.unwrap_or_default())
+        })
+        .collect()
+}
+
+#[test]
+fn scan_and_reclaim_are_index_range_scans_on_a_large_table() {
+    let db = TestDb::new("explain");
+    let mut c = db.conn();
+    c.query_drop(
+        "INSERT INTO t_event_record (biz_no, event_type, payload, status, sent_at)
+         SELECT CONCAT('ORD-', seq), 'ORDER_CREATED', 'x', 'SUCCESS', NOW(3) FROM seq_1_to_100000",
+    )
+    .unwrap();
+    c.query_drop(
+        "INSERT INTO t_event_record (biz_no, event_type, payload) SELECT CONCAT('NEW-', seq), 'ORDER_CREATED', 'x' FROM seq_1_to_50",
+    )
+    .unwrap();
+    c.query_drop("ANALYZE TABLE t_event_record").unwrap();
+    let store = Store::new(db.pool.clone(), &db.config(), "explain-1-abcdef".into());
+    for (sql, index) in [
+        (store.scan_sql(100, true), "idx_status_next_retry"),
+        (store.scan_sql(20, false), "idx_status_next_retry"),
+        (store.reclaim_sql(Duration::from_secs(600), 500), "idx_status_claimed_at"),
+    ] {
+        let plan = explain(&db, &sql);
+        assert_eq!(plan.len(), 1, "{plan:?}");
+        let (ty, key, extra) = &plan[0];
+        assert!(ty == "range" || ty == "ref", "{sql}\nplan type {ty} (expected range/ref)");
+        assert_eq!(key.as_deref(), Some(index), "{sql}");
+        assert!(!extra.contains("filesort"), "{sql}\nfilesort means every matching row gets locked: {extra}");
+    }
+    // Rows examined by the scan stay at the batch, not the table: the handler reads ~batch rows.
+    c.query_drop("FLUSH STATUS").unwrap();
+    let _: Vec<Row> = c.query(store.scan_sql(20, false)).unwrap();
+    let reads: Vec<(String, u64)> = c
+        .query("SHOW SESSION STATUS WHERE Variable_name IN ('Handler_read_next', 'Handler_read_key', 'Handler_read_rnd_next')")
+        .unwrap();
+    let total: u64 = reads.iter().map(|(_, n)| n).sum();
+    assert!(total <= 100, "scan read {total} rows with 100 050 in the table: {reads:?}");
+}
