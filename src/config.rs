@@ -452,15 +452,6 @@ impl Config {
                 ),
             });
         }
-        if self.publish_batch_max > self.max_in_flight {
-            return Err(ConfigError::Inconsistent {
-                keys: vec!["publish.batch.max".into(), "max.in.flight".into()],
-                reason: format!(
-                    "publish.batch.max = {} is more than max.in.flight = {}",
-                    self.publish_batch_max, self.max_in_flight
-                ),
-            });
-        }
         if self.backoff.max < self.backoff.base {
             return Err(ConfigError::Inconsistent {
                 keys: vec!["backoff.base.ms".into(), "backoff.max.ms".into()],

@@ -113,6 +113,7 @@ struct Running {
 pub struct Relay {
     inner: Arc<Inner>,
     running: Mutex<Option<Running>>,
+    stopped: AtomicBool,
 }
 
 /// Opens a pool for the relay's own statements: a few connections, READ COMMITTED sessions (no
@@ -219,6 +220,7 @@ impl Relay {
                     chunk_seq: AtomicU64::new(0),
                 }),
                 running: Mutex::new(None),
+                stopped: AtomicBool::new(false),
             });
         };
         let (shutdown_tx, shutdown_rx) = bounded::<()>(0);
@@ -289,6 +291,7 @@ impl Relay {
                 shutdown_tx,
                 done_rx,
             })),
+            stopped: AtomicBool::new(false),
         })
     }
 
@@ -320,6 +323,7 @@ impl Relay {
     /// Inserts `event` in the caller's transaction, validated against this relay's config.
     /// Call [`Relay::commit`] (or commit yourself, then [`Relay::notify`]).
     pub fn enqueue_in_tx(&self, tx: &mut Transaction<'_>, event: &NewEvent) -> Result<EventId> {
+        self.check_open()?;
         enqueue_in_tx_with(tx, &self.inner.config, event)
     }
 
@@ -332,11 +336,25 @@ impl Relay {
 
     /// Inserts `event` on its own (autocommit) and wakes the relay.
     pub fn enqueue(&self, event: &NewEvent) -> Result<EventId> {
+        self.check_open()?;
         event.validate(self.inner.config.payload_max_bytes)?;
         let mut conn = self.inner.store.pool().get_conn()?;
         let id = crate::store::insert(&mut conn, &self.inner.config.table, event)?;
         self.notify();
         Ok(id)
+    }
+
+    /// Whether [`Relay::stop`] has been called.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(SeqCst)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.is_stopped() {
+            Err(Error::Stopped)
+        } else {
+            Ok(())
+        }
     }
 
     /// Counters, plus the database gauges when the database answers.
@@ -359,11 +377,15 @@ impl Relay {
     /// events to WAIT under their claim, joins every thread and reports what it did. A second
     /// call returns at once with `already_stopped`.
     pub fn stop(&self, timeout: Duration) -> StopReport {
-        let Some(running) = self.running.lock().take() else {
+        if self.stopped.swap(true, SeqCst) {
             return StopReport {
                 already_stopped: true,
                 ..Default::default()
             };
+        }
+        let Some(running) = self.running.lock().take() else {
+            // Enqueue-only: no threads to stop.
+            return StopReport::default();
         };
         let deadline = Instant::now() + timeout;
         let released_before = self.inner.counters.released_unsent.load(Relaxed);
@@ -496,7 +518,7 @@ fn scanner_loop(inner: &Inner, chunk_tx: Sender<Chunk>, wake: Receiver<()>, shut
 fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
     let cfg = &inner.config;
     let n = round.claimed.len();
-    let per_chunk = n.div_ceil(cfg.workers).clamp(1, cfg.publish_batch_max);
+    let per_chunk = n.div_ceil(cfg.workers).clamp(1, cfg.publish_batch_max.min(cfg.max_in_flight));
     let mut by_topic: Vec<(u64, String, Vec<OutboundEvent>)> = Vec::new();
     for Claimed { event, token } in round.claimed {
         match by_topic.iter_mut().find(|(t, topic, _)| *t == token && *topic == event.topic) {

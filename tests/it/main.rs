@@ -3,3 +3,4 @@
 mod support;
 mod protocol;
 mod schema;
+mod relay;

@@ -1,0 +1,358 @@
+//! The relay's threads against a real database, with a scripted publisher.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql::prelude::Queryable;
+use mysql::TxOpts;
+
+use crate::support::{wait_until, Fault, Recorder, TestDb};
+use outbox::{BackoffPolicy, ClaimStrategy, Config, NewEvent, Relay, SendError};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn start(cfg: &Config, id: &str, p: &Arc<Recorder>) -> Relay {
+    let mut cfg = cfg.clone();
+    cfg.instance_id = Some(id.into());
+    Relay::start(cfg, p.clone()).unwrap()
+}
+
+fn owner_of(db: &TestDb, id: u64) -> Option<String> {
+    db.conn()
+        .exec_first("SELECT claim_owner FROM t_event_record WHERE id = ?", (id,))
+        .unwrap()
+        .flatten()
+}
+
+fn every_event_sent_exactly_once_by_four_instances(strategy: ClaimStrategy) {
+    let db = TestDb::new(match strategy {
+        ClaimStrategy::SkipLocked => "four_sl",
+        ClaimStrategy::PerRow => "four_pr",
+    });
+    let mut cfg = db.config();
+    cfg.claim_strategy = strategy;
+    let rec = Recorder::new();
+    let relays: Vec<Relay> = (0..4).map(|i| start(&cfg, &format!("order-{i}-abc{i:03}"), &rec)).collect();
+    // Two writers commit 10 000 events while the relays run.
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let pool = db.pool.clone();
+            std::thread::spawn(move || {
+                let mut conn = pool.get_conn().unwrap();
+                for batch in 0..50 {
+                    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+                    for i in 0..100 {
+                        let e = NewEvent::new(format!("ORD-{w}-{batch}-{i}"), "ORDER_CREATED", format!("{w}/{batch}/{i}"));
+                        outbox::enqueue_in_tx(&mut tx, &e).unwrap();
+                    }
+                    tx.commit().unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert!(
+        wait_until(LONG, || db.count("SUCCESS") == 10_000),
+        "only {} of 10000 SUCCESS",
+        db.count("SUCCESS")
+    );
+    for r in &relays {
+        assert!(!r.stop(Duration::from_secs(10)).timed_out);
+    }
+    let stats: Vec<_> = relays.iter().map(|r| r.counters()).collect();
+    let sent = rec.sent.lock();
+    assert_eq!(sent.len(), 10_000);
+    let dup: Vec<_> = sent.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(dup.is_empty(), "sent more than once: {:?}", &dup[..dup.len().min(10)]);
+    assert_eq!(stats.iter().map(|s| s.sent).sum::<u64>(), 10_000);
+    assert_eq!(stats.iter().map(|s| s.stale_acks).sum::<u64>(), 0);
+    let working = stats.iter().filter(|s| s.claimed > 0).count();
+    eprintln!(
+        "{strategy:?}: claimed per instance {:?}, conflicts {:?}",
+        stats.iter().map(|s| s.claimed).collect::<Vec<_>>(),
+        stats.iter().map(|s| s.claim_conflicts).collect::<Vec<_>>()
+    );
+    assert!(working >= 2, "only {working} instance(s) did any work");
+}
+
+#[test]
+fn four_instances_skip_locked_send_every_event_exactly_once() {
+    every_event_sent_exactly_once_by_four_instances(ClaimStrategy::SkipLocked);
+}
+
+#[test]
+fn four_instances_per_row_send_every_event_exactly_once() {
+    every_event_sent_exactly_once_by_four_instances(ClaimStrategy::PerRow);
+}
+
+fn lease_cfg(db: &TestDb) -> Config {
+    let mut cfg = db.config();
+    cfg.lease = Duration::from_millis(1000);
+    cfg.send_timeout = Duration::from_millis(200);
+    cfg.lease_renew_fraction = 0.0;
+    cfg.reclaim_interval = Duration::from_millis(50);
+    cfg
+}
+
+#[test]
+fn a_send_slower_than_its_lease_is_resent_by_another_instance_and_the_late_ack_is_fenced() {
+    let db = TestDb::new("slowsend");
+    let id = db.seed(1)[0];
+    let mut cfg = lease_cfg(&db);
+    cfg.max_in_flight = 1; // A cannot claim again while its send hangs
+    let slow = Recorder::with_faults(vec![Fault::Delay { id, by: Duration::from_millis(2500), times: 1 }]);
+    let a = start(&cfg, "order-8083-aaaaaa", &slow);
+    assert!(wait_until(LONG, || slow.calls.load(SeqCst) == 1));
+    let fast = Recorder::new();
+    let b = start(&cfg, "order-8084-bbbbbb", &fast);
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 1));
+    assert_eq!(owner_of(&db, id).as_deref(), Some("order-8084-bbbbbb"));
+    // A's send finally returns; its ack matches no row.
+    assert!(wait_until(LONG, || a.counters().stale_acks == 1));
+    assert_eq!(slow.sends_of(id) + fast.sends_of(id), 2);
+    assert_eq!(owner_of(&db, id).as_deref(), Some("order-8084-bbbbbb"));
+    assert_eq!(db.count("SUCCESS"), 1);
+    assert!(a.counters().reclaimed + b.counters().reclaimed >= 1);
+    a.stop(Duration::from_secs(5));
+    b.stop(Duration::from_secs(5));
+}
+
+#[test]
+fn the_same_instance_claiming_twice_is_fenced_by_the_token() {
+    let db = TestDb::new("aba_relay");
+    let id = db.seed(1)[0];
+    let mut cfg = lease_cfg(&db);
+    cfg.workers = 2;
+    let rec = Recorder::with_faults(vec![Fault::Delay { id, by: Duration::from_millis(2500), times: 1 }]);
+    let a = start(&cfg, "order-8083-a1b2c3", &rec);
+    // Reclaimed by its own reclaimer, claimed again by the same instance, sent by its other worker.
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 1));
+    assert!(wait_until(LONG, || a.counters().stale_acks == 1), "the first attempt's late ack was not fenced");
+    let s = a.counters();
+    assert_eq!(s.sent, 1);
+    assert!(s.reclaimed >= 1);
+    assert_eq!(rec.sends_of(id), 2);
+    assert_eq!(owner_of(&db, id).as_deref(), Some("order-8083-a1b2c3"));
+    a.stop(Duration::from_secs(5));
+}
+
+#[test]
+fn a_renewed_lease_is_not_reclaimed_while_the_send_is_in_flight() {
+    let db = TestDb::new("renew");
+    let id = db.seed(1)[0];
+    let mut cfg = lease_cfg(&db);
+    cfg.lease_renew_fraction = 0.2;
+    cfg.max_in_flight = 1;
+    let slow = Recorder::with_faults(vec![Fault::Delay { id, by: Duration::from_millis(2500), times: 1 }]);
+    let a = start(&cfg, "renew-1-aaaaaa", &slow);
+    assert!(wait_until(LONG, || slow.calls.load(SeqCst) == 1));
+    let other = Recorder::new();
+    let b = start(&cfg, "renew-2-bbbbbb", &other);
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 1));
+    assert_eq!(other.total_sent(), 0, "the other instance stole a renewed lease");
+    assert_eq!(slow.sends_of(id), 1);
+    let (sa, sb) = (a.counters(), b.counters());
+    assert!(sa.renewed >= 2, "renewed {} times", sa.renewed);
+    assert_eq!(sa.reclaimed + sb.reclaimed, 0);
+    assert_eq!(sa.stale_acks, 0);
+    a.stop(Duration::from_secs(5));
+    b.stop(Duration::from_secs(5));
+}
+
+#[test]
+fn failed_sends_retry_with_backoff_then_fail_with_one_dead_letter_call() {
+    let db = TestDb::new("deadletter");
+    let ids = db.seed(3);
+    let bad = ids[1];
+    let mut cfg = db.config();
+    cfg.max_retry = 2;
+    cfg.backoff.policy = BackoffPolicy::Fixed;
+    cfg.backoff.base = Duration::from_millis(100);
+    cfg.publish_batch_max = 1;
+    let rec = Recorder::with_faults(vec![Fault::Fail { id: bad, error: SendError::rejected("message too large"), times: usize::MAX }]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let letters = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let (c2, l2) = (calls.clone(), letters.clone());
+    let mut cfg2 = cfg.clone();
+    cfg2.instance_id = Some("dl-1-000000".into());
+    let relay = Relay::builder(cfg2)
+        .publisher(rec.clone())
+        .dead_letter_hook(move |d| {
+            c2.fetch_add(1, SeqCst);
+            l2.lock().push(d.clone());
+        })
+        .start()
+        .unwrap();
+    assert!(wait_until(LONG, || db.count("FAIL") == 1 && db.count("SUCCESS") == 2));
+    relay.stop(Duration::from_secs(5));
+    assert_eq!(calls.load(SeqCst), 1);
+    let d = letters.lock()[0].clone();
+    assert_eq!(d.id, bad);
+    assert_eq!(d.retry_count, 3);
+    assert!(d.last_error.contains("message too large"), "{}", d.last_error);
+    let (rc, err): (u32, String) = db
+        .conn()
+        .exec_first("SELECT retry_count, last_error FROM t_event_record WHERE id = ?", (bad,))
+        .unwrap()
+        .unwrap();
+    assert_eq!(rc, 3);
+    assert!(err.contains("message too large"));
+    let s = relay.counters();
+    assert_eq!((s.retried, s.dead_lettered, s.sent), (2, 1, 2));
+}
+
+#[test]
+fn a_row_whose_send_hangs_every_time_ends_fail_through_reclaims() {
+    let db = TestDb::new("poison_relay");
+    let id = db.seed(1)[0];
+    let mut cfg = lease_cfg(&db);
+    cfg.max_retry = 1;
+    cfg.workers = 3;
+    let rec = Recorder::with_faults(vec![Fault::Delay { id, by: Duration::from_millis(1500), times: usize::MAX }]);
+    let dead = Arc::new(AtomicUsize::new(0));
+    let d2 = dead.clone();
+    let mut c = cfg.clone();
+    c.instance_id = Some("poison-1-000000".into());
+    let relay = Relay::builder(c)
+        .publisher(rec.clone())
+        .dead_letter_hook(move |_| {
+            d2.fetch_add(1, SeqCst);
+        })
+        .start()
+        .unwrap();
+    assert!(wait_until(LONG, || db.count("FAIL") == 1));
+    assert_eq!(db.count("SUCCESS"), 0);
+    assert!(wait_until(LONG, || dead.load(SeqCst) == 1));
+    relay.stop(Duration::from_secs(5));
+    assert_eq!(dead.load(SeqCst), 1);
+    let rows = db.rows();
+    assert_eq!((rows[0].1.as_str(), rows[0].2), ("FAIL", 2));
+}
+
+#[test]
+fn stop_releases_claimed_but_unsent_events() {
+    let db = TestDb::new("shutdown");
+    let ids = db.seed(20);
+    let mut cfg = db.config();
+    cfg.workers = 1;
+    cfg.publish_batch_max = 1;
+    cfg.batch_size = 20;
+    cfg.max_in_flight = 20;
+    let rec = Recorder::with_faults(vec![Fault::Delay { id: ids[0], by: Duration::from_millis(2000), times: 1 }]);
+    let relay = start(&cfg, "stop-1-000000", &rec);
+    // One send in flight (held by the delay), nineteen claimed and queued behind it.
+    assert!(wait_until(LONG, || rec.calls.load(SeqCst) == 1));
+    assert_eq!(db.count("SENDING"), 20);
+    let report = relay.stop(Duration::from_secs(10));
+    assert!(!report.timed_out);
+    assert_eq!(report.released, 19);
+    assert_eq!(report.in_flight_at_deadline, 0);
+    assert_eq!(db.count("SUCCESS"), 1);
+    assert_eq!(db.count("WAIT"), 19);
+    for (id, status, rc, owner) in db.rows() {
+        if status == "WAIT" {
+            assert_eq!((rc, owner), (0, None), "event {id}");
+        }
+    }
+    assert!(relay.stop(Duration::from_secs(1)).already_stopped);
+    assert!(matches!(relay.enqueue(&NewEvent::new("a", "b", "c")), Err(outbox::Error::Stopped)));
+}
+
+#[test]
+fn a_panicking_publisher_does_not_stop_the_batch_or_the_thread() {
+    let db = TestDb::new("panic");
+    let ids = db.seed(10);
+    let mut cfg = db.config();
+    cfg.workers = 1;
+    cfg.publish_batch_max = 1;
+    cfg.backoff.policy = BackoffPolicy::Fixed;
+    cfg.backoff.base = Duration::from_millis(50);
+    let rec = Recorder::with_faults(vec![Fault::Panic { id: ids[3], times: 1 }]);
+    let relay = start(&cfg, "panic-1-000000", &rec);
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 10));
+    let s = relay.counters();
+    relay.stop(Duration::from_secs(5));
+    assert_eq!(s.publish_panics, 1);
+    assert_eq!(rec.total_sent(), 10);
+    let rc: u32 = db
+        .conn()
+        .exec_first("SELECT retry_count FROM t_event_record WHERE id = ?", (ids[3],))
+        .unwrap()
+        .unwrap();
+    assert_eq!(rc, 1);
+}
+
+#[test]
+fn notify_relays_a_fresh_commit_without_waiting_for_the_scan() {
+    let db = TestDb::new("fastpath");
+    let mut cfg = db.config();
+    cfg.scan_interval = Duration::from_secs(3600);
+    let rec = Recorder::new();
+    let relay = start(&cfg, "fast-1-000000", &rec);
+    // Let the first (empty) scan happen, so only a wake-up can find the next event.
+    assert!(wait_until(LONG, || relay.counters().claim_rounds >= 1));
+    let mut conn = relay.pool().get_conn().unwrap();
+    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+    let id = relay.enqueue_in_tx(&mut tx, &NewEvent::new("ORD-1", "ORDER_CREATED", "{}")).unwrap();
+    relay.commit(tx).unwrap();
+    assert!(wait_until(LONG, || rec.sends_of(id) == 1), "the commit did not wake the relay");
+    let id2 = relay.enqueue(&NewEvent::new("ORD-2", "ORDER_PAID", "{}")).unwrap();
+    assert!(wait_until(LONG, || rec.sends_of(id2) == 1));
+    relay.stop(Duration::from_secs(5));
+}
+
+#[test]
+fn broker_outage_opens_the_breaker_without_burning_retries() {
+    let db = TestDb::new("breaker");
+    db.seed(50);
+    let mut cfg = db.config();
+    cfg.breaker_failure_threshold = 3;
+    cfg.breaker_open = Duration::from_millis(200);
+    cfg.max_retry = 1;
+    let rec = Recorder::with_faults(vec![Fault::FailAll(SendError::unavailable("connection refused"))]);
+    let relay = start(&cfg, "breaker-1-000000", &rec);
+    assert!(wait_until(LONG, || relay.counters().breaker_opened >= 1));
+    // While open, probes keep failing; no attempt is used.
+    assert!(wait_until(LONG, || rec.calls.load(SeqCst) >= 8));
+    assert_ne!(relay.counters().breaker_state, outbox::BreakerState::Closed);
+    let max_rc: u32 = db.conn().query_first("SELECT MAX(retry_count) FROM t_event_record").unwrap().unwrap();
+    assert_eq!(max_rc, 0, "an outage used up retry budget");
+    assert_eq!(db.count("FAIL"), 0);
+    rec.set_faults(vec![]);
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 50));
+    let s = relay.counters();
+    assert!(s.breaker_closed >= 1);
+    assert_eq!(s.breaker_state, outbox::BreakerState::Closed);
+    relay.stop(Duration::from_secs(5));
+}
+
+#[test]
+fn an_enqueue_only_relay_writes_but_never_claims() {
+    let db = TestDb::new("enqonly");
+    let relay = Relay::builder(db.config()).start().unwrap();
+    assert!(!relay.is_relaying());
+    relay.enqueue(&NewEvent::new("ORD-1", "T", "x")).unwrap();
+    assert_eq!(db.count("WAIT"), 1);
+    let s = relay.stats();
+    assert_eq!(s.claimed, 0);
+    assert_eq!(s.gauges.unwrap().wait, 1);
+    let r = relay.stop(Duration::from_secs(1));
+    assert!(!r.already_stopped);
+    assert!(relay.stop(Duration::from_secs(1)).already_stopped);
+}
+
+#[test]
+fn stats_report_the_database_gauges() {
+    let db = TestDb::new("gauges");
+    db.seed(5);
+    db.conn().query_drop("UPDATE t_event_record SET next_retry_time = NOW(3) - INTERVAL 2 SECOND").unwrap();
+    let relay = Relay::builder(db.config()).start().unwrap();
+    let g = relay.stats().gauges.unwrap();
+    assert_eq!((g.wait, g.sending, g.fail), (5, 0, 0));
+    assert!(g.oldest_wait_age >= Duration::from_secs(2));
+    let json = relay.stats().to_json();
+    assert!(json.contains("\"wait\":5"), "{json}");
+}
