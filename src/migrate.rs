@@ -27,6 +27,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "add fencing and delivery columns",
         sql: include_str!("../migrations/V2__add_fencing_and_delivery_columns.sql"),
     },
+    Migration {
+        version: 3,
+        description: "add biz_no index",
+        sql: include_str!("../migrations/V3__add_biz_no_index.sql"),
+    },
 ];
 
 const DEFAULT_TABLE: &str = "t_event_record";

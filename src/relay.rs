@@ -13,7 +13,7 @@ use mysql::{Pool, Transaction};
 use parking_lot::Mutex;
 
 use crate::breaker::{Breaker, Permit, Transition};
-use crate::config::{ClaimStrategy, Config, Ordering};
+use crate::config::{ClaimStrategy, Config};
 use crate::error::{Error, Result};
 use crate::event::{EventId, NewEvent};
 use crate::publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
@@ -184,13 +184,6 @@ impl Relay {
         pool: Option<Pool>,
     ) -> Result<Relay> {
         config.validate()?;
-        if config.ordering == Ordering::PerBizNo {
-            return Err(Error::Config(crate::error::ConfigError::invalid(
-                "ordering",
-                "per-biz-no",
-                "is not available in this build of the relay core",
-            )));
-        }
         let pool = match pool {
             Some(p) => p,
             None => connect(&config)?,

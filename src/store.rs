@@ -92,6 +92,8 @@ pub struct Store {
     default_topic: String,
     max_retry: u32,
     backoff_sql: String,
+    /// Extra scan condition for `ordering = per-biz-no`: only the oldest pending event of a key.
+    ordering_sql: String,
 }
 
 impl Store {
@@ -103,6 +105,7 @@ impl Store {
             default_topic: config.topic.clone(),
             max_retry: config.max_retry,
             backoff_sql: backoff_sql(&config.backoff),
+            ordering_sql: ordering_sql(config),
         }
     }
 
@@ -155,10 +158,11 @@ impl Store {
     pub fn scan_sql(&self, limit: usize, lock: bool) -> String {
         format!(
             "SELECT {cols} FROM {t} FORCE INDEX (idx_status_next_retry) \
-             WHERE status = 'WAIT' AND next_retry_time <= NOW(3) \
+             WHERE status = 'WAIT' AND next_retry_time <= NOW(3){ordering} \
              ORDER BY next_retry_time, id LIMIT {limit}{lock}",
             cols = Self::columns(),
             t = self.table,
+            ordering = self.ordering_sql,
             lock = if lock { " FOR UPDATE SKIP LOCKED" } else { "" },
         )
     }
@@ -416,6 +420,25 @@ fn backoff_sql(b: &Backoff) -> String {
         String::new()
     };
     format!("CAST(LEAST({max}, {ms}){jitter} * 1000 AS UNSIGNED)")
+}
+
+/// With `ordering = per-biz-no`, a row is claimable only when no earlier event of its biz_no is
+/// still pending (WAIT or SENDING; with `ordering.dead.head = block`, FAIL too). So at most one
+/// event of a key is in flight, and they go out in commit (id) order.
+fn ordering_sql(config: &Config) -> String {
+    use crate::config::{DeadHeadPolicy, Ordering};
+    if config.ordering != Ordering::PerBizNo {
+        return String::new();
+    }
+    let blocking = match config.ordering_dead_head {
+        DeadHeadPolicy::Skip => "'WAIT', 'SENDING'",
+        DeadHeadPolicy::Block => "'WAIT', 'SENDING', 'FAIL'",
+    };
+    format!(
+        " AND NOT EXISTS (SELECT 1 FROM {t} AS earlier FORCE INDEX (idx_biz_no) WHERE earlier.biz_no = {t}.biz_no \
+         AND earlier.status IN ({blocking}) AND earlier.id < {t}.id)",
+        t = config.table
+    )
 }
 
 fn new_token() -> u64 {

@@ -356,3 +356,94 @@ fn stats_report_the_database_gauges() {
     let json = relay.stats().to_json();
     assert!(json.contains("\"wait\":5"), "{json}");
 }
+
+fn ordered_cfg(db: &TestDb) -> Config {
+    let mut cfg = db.config();
+    cfg.ordering = outbox::config::Ordering::PerBizNo;
+    cfg.backoff.policy = BackoffPolicy::Fixed;
+    cfg.backoff.base = Duration::from_millis(50);
+    cfg
+}
+
+#[test]
+fn per_biz_no_ordering_sends_each_key_in_commit_order_one_at_a_time() {
+    let db = TestDb::new("ordered");
+    let mut conn = db.conn();
+    let mut first_of_key0 = 0;
+    for round in 0..10 {
+        let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+        for key in 0..20 {
+            let id = outbox::enqueue_in_tx(&mut tx, &NewEvent::new(format!("ORD-{key}"), "STEP", format!("{round}"))).unwrap();
+            if round == 0 && key == 0 {
+                first_of_key0 = id;
+            }
+        }
+        tx.commit().unwrap();
+    }
+    // The head of ORD-0 fails twice: its later events must wait for it.
+    let rec = Recorder::with_faults(vec![Fault::Fail {
+        id: first_of_key0,
+        error: SendError::timeout("send timed out"),
+        times: 2,
+    }]);
+    let cfg = ordered_cfg(&db);
+    let relays: Vec<Relay> = (0..3).map(|i| start(&cfg, &format!("ord-{i}-000000"), &rec)).collect();
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 200));
+    for r in &relays {
+        r.stop(Duration::from_secs(5));
+    }
+    assert_eq!(rec.key_overlaps.load(SeqCst), 0, "two events of one biz_no were in flight at once");
+    let sent = rec.sent_events.lock();
+    assert_eq!(sent.len(), 200);
+    let mut by_key: std::collections::HashMap<&str, Vec<u64>> = Default::default();
+    for e in sent.iter() {
+        by_key.entry(e.biz_no.as_str()).or_default().push(e.id);
+    }
+    for (key, ids) in by_key {
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        assert_eq!(ids, sorted, "{key} was sent out of commit order");
+        assert_eq!(ids.len(), 10);
+    }
+}
+
+fn dead_head(policy: outbox::config::DeadHeadPolicy) -> (String, String) {
+    let db = TestDb::new("deadhead");
+    let ids = {
+        let mut conn = db.conn();
+        let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+        let a = outbox::enqueue_in_tx(&mut tx, &NewEvent::new("ORD-1", "CREATED", "1")).unwrap();
+        let b = outbox::enqueue_in_tx(&mut tx, &NewEvent::new("ORD-1", "PAID", "2")).unwrap();
+        tx.commit().unwrap();
+        [a, b]
+    };
+    let mut cfg = ordered_cfg(&db);
+    cfg.max_retry = 0;
+    cfg.ordering_dead_head = policy;
+    let rec = Recorder::with_faults(vec![Fault::Fail { id: ids[0], error: SendError::rejected("bad"), times: usize::MAX }]);
+    let relay = start(&cfg, "head-1-000000", &rec);
+    assert!(wait_until(LONG, || db.count("FAIL") == 1));
+    // Give the scanner several more rounds to (not) pick up the second event.
+    let rounds = relay.counters().claim_rounds;
+    assert!(wait_until(LONG, || relay.counters().claim_rounds >= rounds + 5 || db.count("SUCCESS") == 1));
+    relay.stop(Duration::from_secs(5));
+    let status = |id: u64| -> String {
+        db.conn()
+            .exec_first("SELECT status FROM t_event_record WHERE id = ?", (id,))
+            .unwrap()
+            .unwrap()
+    };
+    (status(ids[0]), status(ids[1]))
+}
+
+#[test]
+fn a_dead_lettered_head_is_skipped_by_default() {
+    let (a, b) = dead_head(outbox::config::DeadHeadPolicy::Skip);
+    assert_eq!((a.as_str(), b.as_str()), ("FAIL", "SUCCESS"));
+}
+
+#[test]
+fn a_dead_lettered_head_blocks_its_key_when_configured() {
+    let (a, b) = dead_head(outbox::config::DeadHeadPolicy::Block);
+    assert_eq!((a.as_str(), b.as_str()), ("FAIL", "WAIT"));
+}

@@ -16,7 +16,7 @@ fn migrations_are_recorded_and_idempotent() {
         .conn()
         .query("SELECT version FROM outbox_schema_history WHERE table_name = 't_event_record' ORDER BY version")
         .unwrap();
-    assert_eq!(versions, vec![1, 2]);
+    assert_eq!(versions, vec![1, 2, 3]);
 }
 
 #[test]
@@ -36,7 +36,7 @@ fn a_seed_era_table_is_upgraded_in_place() {
     c.query_drop("INSERT INTO legacy_events (biz_no, event_type, payload) VALUES ('ORD-1', 'ORDER_CREATED', 'x')")
         .unwrap();
     let r = outbox::migrate_table(&db.pool, "legacy_events").unwrap();
-    assert_eq!(r.applied, vec![1, 2]);
+    assert_eq!(r.applied, vec![1, 2, 3]);
     let (token, precision): (Option<u64>, u32) = c
         .query_first(
             "SELECT claim_token, (SELECT DATETIME_PRECISION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()
@@ -86,14 +86,22 @@ fn scan_and_reclaim_are_index_range_scans_on_a_large_table() {
     .unwrap();
     c.query_drop("ANALYZE TABLE t_event_record").unwrap();
     let store = Store::new(db.pool.clone(), &db.config(), "explain-1-abcdef".into());
+    let mut ordered_cfg = db.config();
+    ordered_cfg.ordering = outbox::config::Ordering::PerBizNo;
+    let ordered = Store::new(db.pool.clone(), &ordered_cfg, "explain-2-abcdef".into());
     for (sql, index) in [
         (store.scan_sql(100, true), "idx_status_next_retry"),
         (store.scan_sql(20, false), "idx_status_next_retry"),
         (store.reclaim_sql(Duration::from_secs(600), 500), "idx_status_claimed_at"),
+        (ordered.scan_sql(100, true), "idx_status_next_retry"),
     ] {
         let plan = explain(&db, &sql);
-        assert_eq!(plan.len(), 1, "{plan:?}");
         let (ty, key, extra) = &plan[0];
+        for (sub_ty, sub_key, _) in &plan[1..] {
+            // the per-biz-no check: a lookup on idx_biz_no per candidate
+            assert_eq!(sub_key.as_deref(), Some("idx_biz_no"), "{sql}\n{plan:?}");
+            assert!(sub_ty == "ref" || sub_ty == "range", "{plan:?}");
+        }
         assert!(ty == "range" || ty == "ref", "{sql}\nplan type {ty} (expected range/ref)");
         assert_eq!(key.as_deref(), Some(index), "{sql}");
         assert!(!extra.contains("filesort"), "{sql}\nfilesort means every matching row gets locked: {extra}");

@@ -127,6 +127,9 @@ pub struct Recorder {
     pub calls: AtomicUsize,
     faults: Mutex<Vec<Fault>>,
     hits: Mutex<HashMap<(u64, u8), usize>>,
+    /// Events of each biz_no inside a publish call right now, and how often two overlapped.
+    in_flight_by_key: Mutex<HashMap<String, usize>>,
+    pub key_overlaps: AtomicUsize,
 }
 
 impl Recorder {
@@ -167,8 +170,16 @@ impl Recorder {
 impl Publisher for Recorder {
     fn publish(&self, events: &[OutboundEvent], _timeout: Duration) -> Vec<SendOutcome> {
         self.calls.fetch_add(1, SeqCst);
+        for e in events {
+            let mut m = self.in_flight_by_key.lock();
+            let n = m.entry(e.biz_no.clone()).or_insert(0);
+            *n += 1;
+            if *n > 1 {
+                self.key_overlaps.fetch_add(1, SeqCst);
+            }
+        }
         let faults = self.faults.lock().clone();
-        events
+        let out = events
             .iter()
             .map(|e| {
                 for f in &faults {
@@ -190,6 +201,10 @@ impl Publisher for Recorder {
                     msg_id: Some(format!("MSG{:016X}", e.id)),
                 }
             })
-            .collect()
+            .collect();
+        for e in events {
+            *self.in_flight_by_key.lock().get_mut(&e.biz_no).unwrap() -= 1;
+        }
+        out
     }
 }
