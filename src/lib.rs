@@ -30,6 +30,8 @@ pub use store::{insert_statement, DeadLetter, Gauges, INSERT_PARAMS};
 
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;
+#[cfg(feature = "jni")]
+pub mod jni;
 
 /// The publisher that `config.publisher` names: `None` for `publisher = none` (enqueue-only).
 /// RocketMQ needs the `rocketmq` feature; without it this is a config error naming the key.

@@ -1,0 +1,107 @@
+package io.outbox;
+
+import java.nio.charset.StandardCharsets;
+import java.util.Collections;
+import java.util.Map;
+import java.util.Objects;
+import java.util.TreeMap;
+
+/**
+ * An event to write into the outbox table: business key, type, payload, and optionally a topic,
+ * a tag and message headers. Immutable; the {@code with*} methods return a copy.
+ *
+ * <p>Nothing is checked here: {@code enqueue} validates with the library's own rules and throws
+ * {@link OutboxInvalidEventException} naming the field ({@code biz_no} blank, {@code payload} empty or
+ * larger than {@code payload.max.bytes}, ...).
+ */
+public final class Event {
+    private final String bizNo;
+    private final String eventType;
+    private final byte[] payload;
+    private final String topic;
+    private final String tag;
+    private final Map<String, String> headers;
+
+    private Event(String bizNo, String eventType, byte[] payload, String topic, String tag, Map<String, String> headers) {
+        this.bizNo = bizNo;
+        this.eventType = eventType;
+        this.payload = payload;
+        this.topic = topic;
+        this.tag = tag;
+        this.headers = headers;
+    }
+
+    /** An event with a binary payload (copied). */
+    public static Event of(String bizNo, String eventType, byte[] payload) {
+        return new Event(bizNo, eventType, payload == null ? null : payload.clone(), null, null, Collections.emptyMap());
+    }
+
+    /** An event whose payload is {@code payload} in UTF-8 (JSON, typically). */
+    public static Event of(String bizNo, String eventType, String payload) {
+        return of(bizNo, eventType, payload == null ? null : payload.getBytes(StandardCharsets.UTF_8));
+    }
+
+    /** This event sent to {@code topic} instead of the configured default topic. */
+    public Event withTopic(String topic) {
+        return new Event(bizNo, eventType, payload, topic, tag, headers);
+    }
+
+    /** This event with message tag {@code tag} (by default the event type). */
+    public Event withTag(String tag) {
+        return new Event(bizNo, eventType, payload, topic, tag, headers);
+    }
+
+    /** This event with one more message property. */
+    public Event withHeader(String key, String value) {
+        TreeMap<String, String> h = new TreeMap<>(headers);
+        h.put(Objects.requireNonNull(key, "header key"), Objects.requireNonNull(value, "header value"));
+        return new Event(bizNo, eventType, payload, topic, tag, Collections.unmodifiableMap(h));
+    }
+
+    public String bizNo() {
+        return bizNo;
+    }
+
+    public String eventType() {
+        return eventType;
+    }
+
+    /** A copy of the payload ({@code null} if none was given). */
+    public byte[] payload() {
+        return payload == null ? null : payload.clone();
+    }
+
+    byte[] payloadUnsafe() {
+        return payload;
+    }
+
+    /** The topic, or {@code null} for the configured default. */
+    public String topic() {
+        return topic;
+    }
+
+    /** The tag, or {@code null} for the event type. */
+    public String tag() {
+        return tag;
+    }
+
+    /** The headers, sorted by key. */
+    public Map<String, String> headers() {
+        return headers;
+    }
+
+    String[] headerKeys() {
+        return headers.keySet().toArray(new String[0]);
+    }
+
+    String[] headerValues() {
+        return headers.values().toArray(new String[0]);
+    }
+
+    @Override
+    public String toString() {
+        return "Event{bizNo=" + bizNo + ", eventType=" + eventType + ", payload=" + (payload == null ? "null" : payload.length + " bytes")
+                + (topic == null ? "" : ", topic=" + topic) + (tag == null ? "" : ", tag=" + tag)
+                + (headers.isEmpty() ? "" : ", headers=" + headers) + "}";
+    }
+}

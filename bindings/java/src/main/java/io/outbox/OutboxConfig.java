@@ -1,0 +1,163 @@
+package io.outbox;
+
+import java.time.Duration;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Properties;
+
+/**
+ * The relay's configuration: the library's string keys and values ({@code db.url},
+ * {@code scan.interval.ms}, {@code publisher}, ...; see {@link #keys()} and the project README).
+ * Unset keys keep the library's defaults.
+ *
+ * <p>Each {@link #set} is checked at once by the native library: an unknown key or a bad value
+ * throws {@link OutboxConfigException} naming the key and the value. Checks between keys
+ * ({@code send.timeout.ms} against {@code lease.ms}, ...) run in {@link #validate()} and in
+ * {@link Outbox#start}.
+ *
+ * <pre>{@code
+ * OutboxConfig config = new OutboxConfig()
+ *         .set("db.url", "mysql://app:secret@127.0.0.1:3306/orders")
+ *         .set("publisher", "rocketmq")
+ *         .set("rocketmq.namesrv", "127.0.0.1:9876")
+ *         .set("scan.interval.ms", 500);
+ * }</pre>
+ *
+ * Not thread-safe while being built; {@link Outbox#start} takes a snapshot.
+ */
+public final class OutboxConfig {
+    private static final String[] SECRET_KEYS = {"rocketmq.access.key", "rocketmq.secret.key"};
+
+    private final LinkedHashMap<String, String> values = new LinkedHashMap<>();
+
+    public OutboxConfig() {}
+
+    /** A copy of {@code other}. */
+    public OutboxConfig(OutboxConfig other) {
+        values.putAll(other.values);
+    }
+
+    /**
+     * The keys whose names start with {@code prefix} (which is removed), e.g. {@code outbox.} in a
+     * Spring {@code application.properties}: {@code outbox.db.url=...}. Each is checked like {@link #set}.
+     */
+    public static OutboxConfig fromProperties(Properties properties, String prefix) {
+        OutboxConfig c = new OutboxConfig();
+        String p = prefix == null ? "" : prefix;
+        for (String name : properties.stringPropertyNames()) {
+            if (name.startsWith(p)) {
+                c.set(name.substring(p.length()), properties.getProperty(name));
+            }
+        }
+        return c;
+    }
+
+    /** Sets {@code key} to {@code value}, checked now (unknown key, bad value). */
+    public OutboxConfig set(String key, String value) {
+        Objects.requireNonNull(key, "key");
+        Objects.requireNonNull(value, "value");
+        Native.ensureLoaded();
+        Native.configCheck(key, value);
+        values.put(key, value);
+        return this;
+    }
+
+    public OutboxConfig set(String key, long value) {
+        return set(key, Long.toString(value));
+    }
+
+    public OutboxConfig set(String key, boolean value) {
+        return set(key, Boolean.toString(value));
+    }
+
+    /** For the {@code *.ms} keys. */
+    public OutboxConfig set(String key, Duration value) {
+        return set(key, Long.toString(value.toMillis()));
+    }
+
+    /** Shorthand for {@code set("db.url", url)}. */
+    public OutboxConfig dbUrl(String url) {
+        return set("db.url", url);
+    }
+
+    /** Removes {@code key}: the default applies again. */
+    public OutboxConfig unset(String key) {
+        values.remove(key);
+        return this;
+    }
+
+    /** The value set for {@code key}, or the library's default. */
+    public String get(String key) {
+        String v = values.get(key);
+        if (v != null) {
+            return v;
+        }
+        Native.ensureLoaded();
+        return Native.configDefault(key);
+    }
+
+    /** Whether {@code key} was set. */
+    public boolean isSet(String key) {
+        return values.containsKey(key);
+    }
+
+    /** The keys set so far and their values, in the order set. */
+    public Map<String, String> asMap() {
+        return Collections.unmodifiableMap(new LinkedHashMap<>(values));
+    }
+
+    /** Every key the library knows, with what it means, in documentation order. */
+    public static Map<String, String> keys() {
+        Native.ensureLoaded();
+        String[] flat = Native.configKeyDocs();
+        LinkedHashMap<String, String> m = new LinkedHashMap<>();
+        for (int i = 0; i + 1 < flat.length; i += 2) {
+            m.put(flat[i], flat[i + 1]);
+        }
+        return Collections.unmodifiableMap(m);
+    }
+
+    /** Checks the whole configuration, the values against each other too (what {@link Outbox#start} does first). */
+    public OutboxConfig validate() {
+        Native.ensureLoaded();
+        Native.configValidate(keyArray(), valueArray());
+        return this;
+    }
+
+    String[] keyArray() {
+        return values.keySet().toArray(new String[0]);
+    }
+
+    String[] valueArray() {
+        return values.values().toArray(new String[0]);
+    }
+
+    /** The settings, with secrets and the database password masked. */
+    @Override
+    public String toString() {
+        StringBuilder b = new StringBuilder("OutboxConfig{");
+        boolean first = true;
+        for (Map.Entry<String, String> e : values.entrySet()) {
+            if (!first) {
+                b.append(", ");
+            }
+            first = false;
+            b.append(e.getKey()).append('=').append(masked(e.getKey(), e.getValue()));
+        }
+        return b.append('}').toString();
+    }
+
+    static String masked(String key, String value) {
+        for (String s : SECRET_KEYS) {
+            if (s.equals(key) && !value.isEmpty()) {
+                return "***";
+            }
+        }
+        if (key.equals("db.url")) {
+            return value.replaceFirst("^([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@]*):[^@]*@", "$1:***@");
+        }
+        return value;
+    }
+}

@@ -1,0 +1,25 @@
+package io.outbox;
+
+/** A schema migration could not be applied. */
+public class OutboxMigrationException extends OutboxException {
+    private static final long serialVersionUID = 1L;
+
+    private final int version;
+    private final String description;
+
+    /** Called by the native library. */
+    OutboxMigrationException(String message, int version, String description) {
+        super(message);
+        this.version = version;
+        this.description = description;
+    }
+
+    /** The migration that failed (0 when the migration lock could not be taken). */
+    public int version() {
+        return version;
+    }
+
+    public String description() {
+        return description;
+    }
+}

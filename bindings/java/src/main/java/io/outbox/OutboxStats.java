@@ -1,0 +1,147 @@
+package io.outbox;
+
+import java.time.Duration;
+import java.util.Map;
+import java.util.Optional;
+
+/**
+ * A snapshot of a relay's counters and, when the database answered, its gauges. {@link #json()}
+ * is the library's JSON as is; {@link #get(String)} reads any counter by its JSON name, so
+ * counters added by later library versions are readable before this class names them.
+ */
+public final class OutboxStats {
+    /** Row counts by status, and the age of the oldest WAIT row. */
+    public static final class Gauges {
+        private final long waiting;
+        private final long sending;
+        private final long failed;
+        private final Duration oldestWaitAge;
+
+        Gauges(Map<String, Object> m) {
+            this.waiting = num(m, "wait");
+            this.sending = num(m, "sending");
+            this.failed = num(m, "fail");
+            this.oldestWaitAge = Duration.ofMillis(num(m, "oldest_wait_age_ms"));
+        }
+
+        /** Rows in WAIT (due now or later). */
+        public long waiting() {
+            return waiting;
+        }
+
+        /** Rows in SENDING (claimed by some instance). */
+        public long sending() {
+            return sending;
+        }
+
+        /** Rows in FAIL (dead letters). */
+        public long failed() {
+            return failed;
+        }
+
+        public Duration oldestWaitAge() {
+            return oldestWaitAge;
+        }
+
+        @Override
+        public String toString() {
+            return "Gauges{wait=" + waiting + ", sending=" + sending + ", fail=" + failed + ", oldestWaitAge=" + oldestWaitAge + "}";
+        }
+    }
+
+    private final String json;
+    private final Map<String, Object> fields;
+    private final Gauges gauges;
+
+    @SuppressWarnings("unchecked")
+    OutboxStats(String json) {
+        this.json = json;
+        this.fields = Json.object(json);
+        Object g = fields.get("gauges");
+        this.gauges = g instanceof Map ? new Gauges((Map<String, Object>) g) : null;
+    }
+
+    private static long num(Map<String, Object> m, String name) {
+        Object v = m.get(name);
+        return v instanceof Number ? ((Number) v).longValue() : 0L;
+    }
+
+    /** The counter {@code name} as the JSON names it ({@code sent}, {@code db_errors}, ...); 0 when absent. */
+    public long get(String name) {
+        return num(fields, name);
+    }
+
+    /** Every field of the snapshot, as parsed. */
+    public Map<String, Object> fields() {
+        return fields;
+    }
+
+    /** The library's JSON. */
+    public String json() {
+        return json;
+    }
+
+    public String instanceId() {
+        Object v = fields.get("instance_id");
+        return v == null ? null : v.toString();
+    }
+
+    /** Rows this instance claimed. */
+    public long claimed() {
+        return get("claimed");
+    }
+
+    /** Events acknowledged by the broker and marked SUCCESS. */
+    public long sent() {
+        return get("sent");
+    }
+
+    /** Failed attempts returned to WAIT with backoff. */
+    public long retried() {
+        return get("retried");
+    }
+
+    /** Events marked FAIL. */
+    public long deadLettered() {
+        return get("dead_lettered");
+    }
+
+    /** Expired leases this instance returned. */
+    public long reclaimed() {
+        return get("reclaimed");
+    }
+
+    /** Events released without using an attempt (broker outage, shutdown). */
+    public long releasedUnsent() {
+        return get("released_unsent");
+    }
+
+    public long publishCalls() {
+        return get("publish_calls");
+    }
+
+    public long dbErrors() {
+        return get("db_errors");
+    }
+
+    /** Claimed events not yet acked, released or failed. */
+    public long inFlight() {
+        return get("in_flight");
+    }
+
+    /** {@code closed}, {@code open} or {@code half-open}. */
+    public String breakerState() {
+        Object v = fields.get("breaker_state");
+        return v == null ? null : v.toString();
+    }
+
+    /** The database gauges, empty when they were not asked for or the database did not answer. */
+    public Optional<Gauges> gauges() {
+        return Optional.ofNullable(gauges);
+    }
+
+    @Override
+    public String toString() {
+        return json;
+    }
+}

@@ -1,0 +1,10 @@
+package io.outbox;
+
+/** The relay is closed: every call on a closed {@link Outbox} throws this. */
+public class OutboxStoppedException extends OutboxException {
+    private static final long serialVersionUID = 1L;
+
+    public OutboxStoppedException(String message) {
+        super(message);
+    }
+}
