@@ -152,6 +152,15 @@ pub struct Config {
     pub ordering_dead_head: DeadHeadPolicy,
     pub publisher: PublisherKind,
     pub rocketmq: RocketMqConfig,
+    /// Delete SUCCESS (and DISCARDED) rows older than this; `None` keeps them.
+    pub retention_age: Option<Duration>,
+    /// Rows deleted per statement by the retention job.
+    pub retention_batch: usize,
+    pub retention_interval: Duration,
+    /// Longest a retention round may run before it yields until the next interval.
+    pub retention_round_max: Duration,
+    /// `host:port` of the daemon's metrics endpoint; `None` = off.
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for Config {
@@ -196,6 +205,11 @@ impl Default for Config {
                 secret_key: None,
                 tag_source: TagSource::EventType,
             },
+            retention_age: None,
+            retention_batch: 500,
+            retention_interval: Duration::from_secs(60),
+            retention_round_max: Duration::from_secs(2),
+            metrics_listen: None,
         }
     }
 }
@@ -250,6 +264,11 @@ keys! {
     "rocketmq.access.key" => "ACL access key (never logged)",
     "rocketmq.secret.key" => "ACL secret key (never logged)",
     "rocketmq.tag.source" => "event-type (tag = the row's event type when it sets none) or none",
+    "retention.age.ms" => "delete SUCCESS and DISCARDED rows older than this (0 keeps them forever)",
+    "retention.batch.size" => "rows deleted per statement by the retention job",
+    "retention.interval.ms" => "delay between retention rounds",
+    "retention.round.max.ms" => "longest a retention round runs before it waits for the next one",
+    "metrics.listen" => "outboxd only: host:port of the Prometheus /metrics and /healthz endpoint (empty = off)",
 }
 
 /// Keys whose values are secrets: shown as `***` by [`Config::get_redacted`].
@@ -352,6 +371,22 @@ impl Config {
             "rocketmq.tag.source" => {
                 self.rocketmq.tag_source = choice(key, v, &[("event-type", TagSource::EventType), ("none", TagSource::None)])?
             }
+            "retention.age.ms" => {
+                let ms: u64 = int(key, v, 0, 10 * 365 * 86_400_000)?;
+                self.retention_age = (ms > 0).then(|| Duration::from_millis(ms));
+            }
+            "retention.batch.size" => self.retention_batch = int(key, v, 1, 100_000)?,
+            "retention.interval.ms" => self.retention_interval = millis(key, v, 10, 86_400_000)?,
+            "retention.round.max.ms" => self.retention_round_max = millis(key, v, 10, 3_600_000)?,
+            "metrics.listen" => {
+                self.metrics_listen = if v.is_empty() {
+                    None
+                } else {
+                    v.parse::<std::net::SocketAddr>()
+                        .map_err(|_| ConfigError::invalid(key, v, "expected host:port, e.g. 127.0.0.1:9464"))?;
+                    Some(v.to_string())
+                }
+            }
             _ => return Err(ConfigError::UnknownKey { key: key.to_string() }),
         }
         Ok(())
@@ -421,6 +456,11 @@ impl Config {
                 TagSource::None => "none",
             }
             .into(),
+            "retention.age.ms" => self.retention_age.map(|d| d.as_millis()).unwrap_or(0).to_string(),
+            "retention.batch.size" => self.retention_batch.to_string(),
+            "retention.interval.ms" => ms(&self.retention_interval),
+            "retention.round.max.ms" => ms(&self.retention_round_max),
+            "metrics.listen" => self.metrics_listen.clone().unwrap_or_default(),
             _ => return None,
         })
     }

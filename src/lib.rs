@@ -9,6 +9,7 @@
 //! The core is blocking: a scanner thread, a reclaimer thread and worker threads fed by a
 //! bounded channel. The broker is behind the [`Publisher`] trait.
 
+pub mod admin;
 mod breaker;
 pub mod config;
 pub mod error;
@@ -24,14 +25,12 @@ pub use error::{ConfigError, Error, Result};
 pub use event::{EventId, NewEvent};
 pub use migrate::{migrate, migrate_table, MigrationReport};
 pub use publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
-pub use relay::{connect, enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, Relay, RelayBuilder, StopReport};
+pub use relay::{connect, enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, LatencyHook, Relay, RelayBuilder, StopReport};
 pub use stats::{BreakerState, Stats};
 pub use store::{insert_statement, DeadLetter, Gauges, INSERT_PARAMS};
 
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;
-#[cfg(feature = "jni")]
-pub mod jni;
 
 /// The publisher that `config.publisher` names: `None` for `publisher = none` (enqueue-only).
 /// RocketMQ needs the `rocketmq` feature; without it this is a config error naming the key.

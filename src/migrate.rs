@@ -32,6 +32,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "add biz_no index",
         sql: include_str!("../migrations/V3__add_biz_no_index.sql"),
     },
+    Migration {
+        version: 4,
+        description: "create outbox_audit",
+        sql: include_str!("../migrations/V4__create_outbox_audit.sql"),
+    },
 ];
 
 const DEFAULT_TABLE: &str = "t_event_record";

@@ -23,6 +23,10 @@ use crate::store::{ClaimRound, Claimed, DeadLetter, Store};
 /// Called once per dead-lettered event, for alerting. Runs on a relay thread; keep it short.
 pub type DeadLetterHook = Arc<dyn Fn(&DeadLetter) + Send + Sync>;
 
+/// Called once per acked event with its commit-to-ack latency (from the row's `create_time`,
+/// DB clock) and how long it was held SENDING by this instance. Runs on a worker thread.
+pub type LatencyHook = Arc<dyn Fn(Duration, Duration) + Send + Sync>;
+
 /// Rows reclaimed per statement by the reclaimer.
 const RECLAIM_LIMIT: usize = 500;
 /// A send is not started with less lease than this left; the events are released instead.
@@ -49,10 +53,17 @@ pub struct RelayBuilder {
     config: Config,
     publisher: Option<Arc<dyn Publisher>>,
     dead_letter: Option<DeadLetterHook>,
+    latency: Option<LatencyHook>,
     pool: Option<Pool>,
 }
 
 impl RelayBuilder {
+    /// Called per acked event with (commit-to-ack latency, SENDING residence).
+    pub fn latency_hook(mut self, f: impl Fn(Duration, Duration) + Send + Sync + 'static) -> Self {
+        self.latency = Some(Arc::new(f));
+        self
+    }
+
     pub fn publisher(mut self, p: Arc<dyn Publisher>) -> Self {
         self.publisher = Some(p);
         self
@@ -72,7 +83,7 @@ impl RelayBuilder {
 
     /// Starts the relay. Without a publisher it runs enqueue-only: no threads, nothing relayed.
     pub fn start(self) -> Result<Relay> {
-        Relay::start_with(self.config, self.publisher, self.dead_letter, self.pool)
+        Relay::start_with(self.config, self.publisher, self.dead_letter, self.latency, self.pool)
     }
 }
 
@@ -80,6 +91,9 @@ struct Chunk {
     seq: u64,
     token: u64,
     events: Vec<OutboundEvent>,
+    /// Age of each event at the claim, for the latency hook.
+    ages: Vec<Duration>,
+    claimed: Instant,
     probe: bool,
 }
 
@@ -97,6 +111,7 @@ struct Inner {
     counters: Counters,
     breaker: Mutex<Breaker>,
     dead_letter: Option<DeadLetterHook>,
+    latency: Option<LatencyHook>,
     leases: Mutex<HashMap<u64, Lease>>,
     wake_tx: Sender<()>,
     stopping: AtomicBool,
@@ -168,19 +183,21 @@ impl Relay {
             config,
             publisher: None,
             dead_letter: None,
+            latency: None,
             pool: None,
         }
     }
 
     /// Starts a relay with `publisher`, opening its own pool from `db.url`.
     pub fn start(config: Config, publisher: Arc<dyn Publisher>) -> Result<Relay> {
-        Self::start_with(config, Some(publisher), None, None)
+        Self::start_with(config, Some(publisher), None, None, None)
     }
 
     fn start_with(
         config: Config,
         publisher: Option<Arc<dyn Publisher>>,
         dead_letter: Option<DeadLetterHook>,
+        latency: Option<LatencyHook>,
         pool: Option<Pool>,
     ) -> Result<Relay> {
         config.validate()?;
@@ -207,6 +224,7 @@ impl Relay {
                     publisher: Arc::new(NoPublisher),
                     counters: Counters::default(),
                     dead_letter,
+                    latency,
                     leases: Mutex::new(HashMap::new()),
                     wake_tx,
                     stopping: AtomicBool::new(true),
@@ -226,6 +244,7 @@ impl Relay {
             publisher,
             counters: Counters::default(),
             dead_letter,
+            latency,
             leases: Mutex::new(HashMap::new()),
             wake_tx,
             stopping: AtomicBool::new(false),
@@ -260,7 +279,7 @@ impl Relay {
             )?);
         }
         {
-            let (inner, shutdown, done) = (inner.clone(), shutdown_rx, done_tx);
+            let (inner, shutdown, done) = (inner.clone(), shutdown_rx.clone(), done_tx.clone());
             handles.push(spawn(
                 "outbox-reclaimer".into(),
                 Box::new(move || {
@@ -269,6 +288,18 @@ impl Relay {
                 }),
             )?);
         }
+        if let Some(age) = inner.config.retention_age {
+            let (inner, shutdown, done) = (inner.clone(), shutdown_rx.clone(), done_tx.clone());
+            handles.push(spawn(
+                "outbox-retention".into(),
+                Box::new(move || {
+                    retention_loop(&inner, age, shutdown);
+                    drop(done);
+                }),
+            )?);
+        }
+        drop(done_tx);
+        drop(shutdown_rx);
         log::info!(
             "outbox relay {} started on table {} ({:?}, batch {}, {} workers)",
             inner.store.owner(),
@@ -335,6 +366,22 @@ impl Relay {
         let id = crate::store::insert(&mut conn, &self.inner.config.table, event)?;
         self.notify();
         Ok(id)
+    }
+
+    /// Whether the database answers a ping and the publisher reports a reachable broker with
+    /// the circuit breaker closed: `(db, broker)`.
+    pub fn health(&self) -> (bool, bool) {
+        let db = self
+            .inner
+            .store
+            .pool()
+            .get_conn()
+            .map(|mut c| c.as_mut().ping().is_ok())
+            .unwrap_or(false);
+        let broker = self.is_relaying()
+            && self.inner.publisher.is_healthy()
+            && self.inner.breaker.lock().state() == crate::stats::BreakerState::Closed;
+        (db, broker)
     }
 
     /// Whether [`Relay::stop`] has been called.
@@ -512,18 +559,18 @@ fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_st
     let cfg = &inner.config;
     let n = round.claimed.len();
     let per_chunk = n.div_ceil(cfg.workers).clamp(1, cfg.publish_batch_max.min(cfg.max_in_flight));
-    let mut by_topic: Vec<(u64, String, Vec<OutboundEvent>)> = Vec::new();
-    for Claimed { event, token } in round.claimed {
+    let mut by_topic: Vec<(u64, String, Vec<(OutboundEvent, Duration)>)> = Vec::new();
+    for Claimed { event, token, age } in round.claimed {
         match by_topic.iter_mut().find(|(t, topic, _)| *t == token && *topic == event.topic) {
-            Some((_, _, v)) => v.push(event),
-            None => by_topic.push((token, event.topic.clone(), vec![event])),
+            Some((_, _, v)) => v.push((event, age)),
+            None => by_topic.push((token, event.topic.clone(), vec![(event, age)])),
         }
     }
     let expires = lease_start + cfg.lease;
     for (token, _, events) in by_topic {
         let mut events = events.into_iter().peekable();
         while events.peek().is_some() {
-            let part: Vec<OutboundEvent> = events.by_ref().take(per_chunk).collect();
+            let (part, ages): (Vec<OutboundEvent>, Vec<Duration>) = events.by_ref().take(per_chunk).unzip();
             let seq = inner.chunk_seq.fetch_add(1, Relaxed);
             inner.leases.lock().insert(
                 seq,
@@ -538,6 +585,8 @@ fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_st
                 seq,
                 token,
                 events: part,
+                ages,
+                claimed: lease_start,
                 probe,
             };
             // Never blocks: the channel holds max.in.flight chunks and at most that many events
@@ -624,13 +673,17 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
 fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>) {
     let cfg = &inner.config;
     let mut acks = Vec::new();
+    let mut acked_ages = Vec::new();
     let mut unavailable = Vec::new();
     let mut retry: Vec<(&OutboundEvent, SendError)> = Vec::new();
     let mut dead: Vec<(&OutboundEvent, SendError)> = Vec::new();
     let mut timeouts = 0usize;
-    for (event, outcome) in chunk.events.iter().zip(outcomes) {
+    for ((event, outcome), age) in chunk.events.iter().zip(outcomes).zip(&chunk.ages) {
         match outcome {
-            SendOutcome::Sent { msg_id } => acks.push((event.id, msg_id)),
+            SendOutcome::Sent { msg_id } => {
+                acks.push((event.id, msg_id));
+                acked_ages.push(*age);
+            }
             SendOutcome::Failed(e) if e.kind == FailureKind::Unavailable => unavailable.push((event.id, e)),
             SendOutcome::Failed(e) => {
                 if e.kind == FailureKind::Timeout {
@@ -667,6 +720,12 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>) {
         let want = acks.len() as u64;
         if let Some(got) = with_db_retry(inner, lease_end, "ack", || inner.store.ack(token, &acks)) {
             Counters::add(&inner.counters.sent, got);
+            if let Some(hook) = &inner.latency {
+                let held = chunk.claimed.elapsed();
+                for age in &acked_ages {
+                    hook(*age + held, held);
+                }
+            }
             if got < want {
                 Counters::add(&inner.counters.stale_acks, want - got);
                 log::warn!(
@@ -785,6 +844,26 @@ fn with_db_retry(inner: &Inner, until: Instant, what: &str, mut f: impl FnMut() 
                 delay = (delay * 2).min(Duration::from_secs(1));
             }
         }
+    }
+}
+
+fn retention_loop(inner: &Inner, age: Duration, shutdown: Receiver<()>) {
+    let cfg = &inner.config;
+    let never = crossbeam_channel::never::<()>();
+    while !inner.stopping.load(SeqCst) {
+        let round = catch_unwind(AssertUnwindSafe(|| {
+            crate::admin::purge(inner.store.pool(), &cfg.table, age, cfg.retention_batch, cfg.retention_round_max, |_| {})
+        }));
+        match round {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => log::info!("retention deleted {n} rows older than {} s", age.as_secs()),
+            Ok(Err(e)) => {
+                Counters::add(&inner.counters.db_errors, 1);
+                log::warn!("retention round failed: {e}");
+            }
+            Err(p) => log::error!("retention round panicked: {}", panic_message(&p)),
+        }
+        wait(&never, &shutdown, cfg.retention_interval);
     }
 }
 

@@ -45,6 +45,9 @@ pub const INSERT_PARAMS: &[&str] = &["biz_no", "event_type", "payload", "topic",
 pub struct Claimed {
     pub event: OutboundEvent,
     pub token: u64,
+    /// How long the row had existed when it was claimed (DB clock): the start of its
+    /// commit-to-ack latency.
+    pub age: Duration,
 }
 
 /// A dead-lettered event, as handed to the dead-letter callback.
@@ -126,11 +129,12 @@ impl Store {
     }
 
     fn columns() -> &'static str {
-        "id, biz_no, event_type, payload, topic, tag, headers, retry_count"
+        "id, biz_no, event_type, payload, topic, tag, headers, retry_count, \
+         GREATEST(0, TIMESTAMPDIFF(MICROSECOND, create_time, NOW(3))) AS age_us"
     }
 
-    fn event_from_row(&self, row: Row) -> OutboundEvent {
-        let (id, biz_no, event_type, payload, topic, tag, headers, retry_count): (
+    fn event_from_row(&self, row: Row) -> (OutboundEvent, Duration) {
+        let (id, biz_no, event_type, payload, topic, tag, headers, retry_count, age_us): (
             u64,
             String,
             String,
@@ -139,8 +143,9 @@ impl Store {
             Option<String>,
             Option<String>,
             u32,
+            u64,
         ) = mysql::from_row(row);
-        OutboundEvent {
+        let event = OutboundEvent {
             id,
             biz_no,
             event_type,
@@ -149,7 +154,8 @@ impl Store {
             tag: tag.filter(|t| !t.is_empty()),
             headers: parse_headers(id, headers.as_deref()),
             attempt: retry_count,
-        }
+        };
+        (event, Duration::from_micros(age_us))
     }
 
     /// The scan: due WAIT rows in `idx_status_next_retry` order. With `lock`, it takes row locks
@@ -190,17 +196,17 @@ impl Store {
             tx.commit()?;
             return Ok(ClaimRound::default());
         }
-        let events: Vec<OutboundEvent> = rows.into_iter().map(|r| self.event_from_row(r)).collect();
+        let events: Vec<(OutboundEvent, Duration)> = rows.into_iter().map(|r| self.event_from_row(r)).collect();
         tx.query_drop(format!(
             "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3) \
              WHERE id IN ({ids})",
             t = self.table,
             owner = lit(&self.owner),
-            ids = id_list(events.iter().map(|e| e.id)),
+            ids = id_list(events.iter().map(|(e, _)| e.id)),
         ))?;
         tx.commit()?;
         Ok(ClaimRound {
-            claimed: events.into_iter().map(|event| Claimed { event, token }).collect(),
+            claimed: events.into_iter().map(|(event, age)| Claimed { event, token, age }).collect(),
             conflicts: 0,
         })
     }
@@ -214,7 +220,7 @@ impl Store {
         let rows: Vec<Row> = conn.query(self.scan_sql(limit, false))?;
         let mut round = ClaimRound::default();
         for row in rows {
-            let event = self.event_from_row(row);
+            let (event, age) = self.event_from_row(row);
             conn.query_drop(format!(
                 "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3) \
                  WHERE id = {id} AND status = 'WAIT' AND retry_count = {rc}",
@@ -224,7 +230,7 @@ impl Store {
                 rc = event.attempt,
             ))?;
             if conn.affected_rows() == 1 {
-                round.claimed.push(Claimed { event, token });
+                round.claimed.push(Claimed { event, token, age });
             } else {
                 log::debug!("event {} was claimed by another instance; skipped", event.id);
                 round.conflicts += 1;

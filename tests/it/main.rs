@@ -4,3 +4,4 @@ mod support;
 mod protocol;
 mod schema;
 mod relay;
+mod admin;

@@ -1,0 +1,365 @@
+//! Operator actions on an outbox table: status, dead letters (list, replay, discard) and
+//! retention. Used by `outboxd`; each is a plain function over a pool.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+use mysql::{Pool, Value};
+
+use crate::config::table_name;
+use crate::error::{Error, Result};
+use crate::event::EventId;
+
+/// A point in time for a filter: so long ago (DB clock), or an absolute `YYYY-MM-DD[ HH:MM:SS]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimeBound {
+    Ago(Duration),
+    At(String),
+}
+
+impl TimeBound {
+    /// Parses `30s`, `15m`, `24h`, `7d`, or `2026-12-01` / `2026-12-01 08:00:00` / `2026-12-01T08:00:00`.
+    pub fn parse(s: &str) -> std::result::Result<TimeBound, String> {
+        let s = s.trim();
+        if let Some(d) = parse_duration(s) {
+            return Ok(TimeBound::Ago(d));
+        }
+        let t = s.replace('T', " ");
+        let ok = t.len() >= 10
+            && t.len() <= 23
+            && t.bytes().all(|b| b.is_ascii_digit() || b" -:.".contains(&b))
+            && t.as_bytes()[4] == b'-'
+            && t.as_bytes()[7] == b'-';
+        if ok {
+            Ok(TimeBound::At(t))
+        } else {
+            Err(format!("{s:?} is neither a duration (30s, 15m, 24h, 7d) nor a time (2026-12-01 08:00:00)"))
+        }
+    }
+
+    fn sql(&self, params: &mut Vec<Value>) -> String {
+        match self {
+            TimeBound::Ago(d) => format!("NOW(3) - INTERVAL {} MICROSECOND", d.as_micros()),
+            TimeBound::At(t) => {
+                params.push(Value::from(t.as_str()));
+                "CAST(? AS DATETIME(3))".into()
+            }
+        }
+    }
+}
+
+/// Parses `500ms`, `30s`, `15m`, `24h`, `7d`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(ms).map(Duration::from_millis)
+}
+
+/// Which dead letters an action applies to. Empty fields match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadLetterFilter {
+    pub ids: Vec<EventId>,
+    pub event_type: Option<String>,
+    pub biz_no: Option<String>,
+    /// Dead-lettered (last updated) at or after this.
+    pub since: Option<TimeBound>,
+    /// Dead-lettered before this.
+    pub until: Option<TimeBound>,
+}
+
+impl DeadLetterFilter {
+    fn where_sql(&self, params: &mut Vec<Value>) -> String {
+        let mut w = String::from("status = 'FAIL'");
+        if !self.ids.is_empty() {
+            let ids: Vec<String> = self.ids.iter().map(|i| i.to_string()).collect();
+            let _ = write!(w, " AND id IN ({})", ids.join(","));
+        }
+        if let Some(t) = &self.event_type {
+            w.push_str(" AND event_type = ?");
+            params.push(Value::from(t.as_str()));
+        }
+        if let Some(b) = &self.biz_no {
+            w.push_str(" AND biz_no = ?");
+            params.push(Value::from(b.as_str()));
+        }
+        if let Some(s) = &self.since {
+            let e = s.sql(params);
+            let _ = write!(w, " AND update_time >= {e}");
+        }
+        if let Some(u) = &self.until {
+            let e = u.sql(params);
+            let _ = write!(w, " AND update_time < {e}");
+        }
+        w
+    }
+}
+
+/// One dead-lettered row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterRow {
+    pub id: EventId,
+    pub biz_no: String,
+    pub event_type: String,
+    pub retry_count: u32,
+    pub last_error: Option<String>,
+    pub claim_owner: Option<String>,
+    /// When it was dead-lettered (`update_time`), as the DB prints it.
+    pub failed_at: String,
+}
+
+/// A SENDING row, for `status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendingRow {
+    pub id: EventId,
+    pub owner: Option<String>,
+    pub age: Duration,
+}
+
+/// What `outboxd status` shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusReport {
+    pub counts: BTreeMap<String, u64>,
+    /// Age of the most overdue due WAIT row.
+    pub oldest_wait_age: Option<Duration>,
+    /// The oldest SENDING rows (at most 20), oldest first.
+    pub sending: Vec<SendingRow>,
+    pub dead_last_day: u64,
+    /// Oldest due WAIT age per topic (`None` topic = the default topic).
+    pub oldest_wait_by_topic: Vec<(Option<String>, Duration)>,
+}
+
+impl StatusReport {
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "counts": self.counts,
+            "oldest_wait_age_ms": self.oldest_wait_age.map(|d| d.as_millis() as u64),
+            "sending": self.sending.iter().map(|s| serde_json::json!({
+                "id": s.id, "owner": s.owner, "age_ms": s.age.as_millis() as u64,
+            })).collect::<Vec<_>>(),
+            "dead_last_day": self.dead_last_day,
+            "oldest_wait_by_topic": self.oldest_wait_by_topic.iter().map(|(t, d)| serde_json::json!({
+                "topic": t, "age_ms": d.as_millis() as u64,
+            })).collect::<Vec<_>>(),
+        })
+        .to_string()
+    }
+}
+
+fn checked(table: &str) -> Result<String> {
+    Ok(table_name("table", table)?)
+}
+
+/// Counts by status, the oldest due WAIT age, SENDING rows with owner and age, dead letters of
+/// the last day.
+pub fn status(pool: &Pool, table: &str) -> Result<StatusReport> {
+    let t = checked(table)?;
+    let mut c = pool.get_conn()?;
+    let counts: Vec<(String, u64)> = c.query(format!("SELECT status, COUNT(*) FROM {t} GROUP BY status"))?;
+    let oldest: Option<Option<i64>> = c.query_first(format!(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(next_retry_time), NOW(3)) FROM {t} WHERE status = 'WAIT' AND next_retry_time <= NOW(3)"
+    ))?;
+    let sending: Vec<(u64, Option<String>, Option<i64>)> = c.query(format!(
+        "SELECT id, claim_owner, TIMESTAMPDIFF(MICROSECOND, claimed_at, NOW(3)) FROM {t} WHERE status = 'SENDING' \
+         ORDER BY claimed_at, id LIMIT 20"
+    ))?;
+    let dead: Option<u64> = c.query_first(format!(
+        "SELECT COUNT(*) FROM {t} WHERE status = 'FAIL' AND update_time >= NOW(3) - INTERVAL 1 DAY"
+    ))?;
+    let by_topic: Vec<(Option<String>, i64)> = c.query(format!(
+        "SELECT topic, TIMESTAMPDIFF(MICROSECOND, MIN(next_retry_time), NOW(3)) FROM {t} \
+         WHERE status = 'WAIT' AND next_retry_time <= NOW(3) GROUP BY topic"
+    ))?;
+    let us = |v: i64| Duration::from_micros(v.max(0) as u64);
+    Ok(StatusReport {
+        counts: counts.into_iter().collect(),
+        oldest_wait_age: oldest.flatten().map(us),
+        sending: sending
+            .into_iter()
+            .map(|(id, owner, age)| SendingRow {
+                id,
+                owner,
+                age: us(age.unwrap_or(0)),
+            })
+            .collect(),
+        dead_last_day: dead.unwrap_or(0),
+        oldest_wait_by_topic: by_topic.into_iter().map(|(t, a)| (t, us(a))).collect(),
+    })
+}
+
+/// Dead letters matching `filter`, newest first, at most `limit`.
+pub fn list_dead_letters(pool: &Pool, table: &str, filter: &DeadLetterFilter, limit: usize) -> Result<Vec<DeadLetterRow>> {
+    let t = checked(table)?;
+    let mut params = Vec::new();
+    let w = filter.where_sql(&mut params);
+    let rows: Vec<(u64, String, String, u32, Option<String>, Option<String>, String)> = pool.get_conn()?.exec(
+        format!(
+            "SELECT id, biz_no, event_type, retry_count, last_error, claim_owner, CAST(update_time AS CHAR) \
+             FROM {t} WHERE {w} ORDER BY update_time DESC, id DESC LIMIT {limit}"
+        ),
+        params,
+    )?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, biz_no, event_type, retry_count, last_error, claim_owner, failed_at)| DeadLetterRow {
+            id,
+            biz_no,
+            event_type,
+            retry_count,
+            last_error,
+            claim_owner,
+            failed_at,
+        })
+        .collect())
+}
+
+/// What to do with matching dead letters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterAction {
+    /// Back to WAIT, due now, with the retry count reset.
+    Replay,
+    /// Marked DISCARDED: never sent, kept for the record (and for retention).
+    Discard,
+}
+
+impl DeadLetterAction {
+    fn name(self) -> &'static str {
+        match self {
+            DeadLetterAction::Replay => "replay",
+            DeadLetterAction::Discard => "discard",
+        }
+    }
+}
+
+/// How a batch action runs.
+#[derive(Debug, Clone)]
+pub struct BatchOptions {
+    pub dry_run: bool,
+    /// Rows per statement.
+    pub batch: usize,
+    /// Most rows per second (0 = unlimited).
+    pub rate_per_sec: u64,
+    /// Who is acting, written to `outbox_audit`.
+    pub actor: String,
+}
+
+/// Replays or discards every dead letter matching `filter`, in batches, rate-limited; each row
+/// changed gets an `outbox_audit` entry with the actor. `progress(done, total)` is called after
+/// each batch. Returns the number of rows changed (or, with `dry_run`, that would be).
+pub fn act_on_dead_letters(
+    pool: &Pool,
+    table: &str,
+    filter: &DeadLetterFilter,
+    action: DeadLetterAction,
+    opts: &BatchOptions,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<u64> {
+    let t = checked(table)?;
+    if opts.actor.trim().is_empty() {
+        return Err(Error::InvalidEvent {
+            field: "actor",
+            reason: "must not be empty".into(),
+        });
+    }
+    let mut params = Vec::new();
+    let w = filter.where_sql(&mut params);
+    let mut c = pool.get_conn()?;
+    let ids: Vec<u64> = c.exec(format!("SELECT id FROM {t} WHERE {w} ORDER BY id"), params)?;
+    let total = ids.len() as u64;
+    if opts.dry_run || ids.is_empty() {
+        progress(total, total);
+        return Ok(total);
+    }
+    let set = match action {
+        DeadLetterAction::Replay => {
+            "status = 'WAIT', retry_count = 0, next_retry_time = NOW(3), claim_owner = NULL, claim_token = NULL, \
+             claimed_at = NULL, last_error = CONCAT('replayed by ', ?, '; was: ', COALESCE(last_error, ''))"
+        }
+        DeadLetterAction::Discard => "status = 'DISCARDED', last_error = CONCAT('discarded by ', ?, '; was: ', COALESCE(last_error, ''))",
+    };
+    let started = Instant::now();
+    let mut done = 0u64;
+    for chunk in ids.chunks(opts.batch.max(1)) {
+        let list: Vec<String> = chunk.iter().map(|i| i.to_string()).collect();
+        let list = list.join(",");
+        let mut tx = c.start_transaction(mysql::TxOpts::default())?;
+        // Only rows still FAIL change: a row replayed meanwhile by someone else is left alone.
+        let changed: Vec<u64> = tx.query(format!("SELECT id FROM {t} WHERE id IN ({list}) AND status = 'FAIL' FOR UPDATE"))?;
+        if !changed.is_empty() {
+            let list: Vec<String> = changed.iter().map(|i| i.to_string()).collect();
+            tx.exec_drop(format!("UPDATE {t} SET {set} WHERE id IN ({})", list.join(",")), (&opts.actor,))?;
+            tx.exec_batch(
+                "INSERT INTO outbox_audit (table_name, event_id, action, actor) VALUES (?, ?, ?, ?)",
+                changed.iter().map(|id| (&t, id, action.name(), &opts.actor)),
+            )?;
+        }
+        tx.commit()?;
+        done += changed.len() as u64;
+        progress(done, total);
+        if opts.rate_per_sec > 0 {
+            // Keep to the rate: sleep until `done` rows are due.
+            let due = Duration::from_secs_f64(done as f64 / opts.rate_per_sec as f64);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    log::info!("{} of {total} dead letters {}ed by {}", done, action.name(), opts.actor);
+    Ok(done)
+}
+
+/// Deletes SUCCESS and DISCARDED rows sent (or discarded) more than `age` ago, `batch` rows per
+/// statement, for at most `max_time`. The DELETE walks `idx_status_next_retry` (a row's
+/// `next_retry_time` is never later than its sending), so it stays a range scan however large the
+/// table. `progress(deleted)` is called after each batch. Returns the rows deleted; a round that
+/// hits `max_time` stops early and the next round goes on.
+pub fn purge(pool: &Pool, table: &str, age: Duration, batch: usize, max_time: Duration, mut progress: impl FnMut(u64)) -> Result<u64> {
+    let t = checked(table)?;
+    let mut c = pool.get_conn()?;
+    let started = Instant::now();
+    let mut deleted = 0u64;
+    for st in ["SUCCESS", "DISCARDED"] {
+        loop {
+            c.query_drop(format!(
+                "DELETE FROM {t} WHERE status = '{st}' AND next_retry_time < NOW(3) - INTERVAL {us} MICROSECOND \
+                 AND update_time < NOW(3) - INTERVAL {us} MICROSECOND ORDER BY next_retry_time LIMIT {batch}",
+                us = age.as_micros(),
+            ))?;
+            let n = c.affected_rows();
+            deleted += n;
+            progress(deleted);
+            if (n as usize) < batch {
+                break;
+            }
+            if started.elapsed() >= max_time {
+                return Ok(deleted);
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_times_parse() {
+        assert_eq!(parse_duration("24h"), Some(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("7x"), None);
+        assert_eq!(TimeBound::parse("2026-12-01T08:00:00"), Ok(TimeBound::At("2026-12-01 08:00:00".into())));
+        assert!(TimeBound::parse("yesterday'; DROP").is_err());
+    }
+}
