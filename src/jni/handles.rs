@@ -9,15 +9,29 @@ use mysql::Transaction;
 use parking_lot::Mutex;
 
 use super::boundary::{Failure, JResult};
-use crate::relay::Relay;
+use crate::relay::{DeadLetterHook, Relay};
 
 static NEXT: AtomicI64 = AtomicI64::new(1);
-static RELAYS: LazyLock<Mutex<HashMap<i64, Arc<Relay>>>> = LazyLock::new(Default::default);
+static RELAYS: LazyLock<Mutex<HashMap<i64, Arc<RelayEntry>>>> = LazyLock::new(Default::default);
 static TXS: LazyLock<Mutex<HashMap<i64, Arc<TxEntry>>>> = LazyLock::new(Default::default);
+
+/// A relay, and the dead-letter hook it was started with (kept for the binding's self-test).
+pub(crate) struct RelayEntry {
+    pub(crate) relay: Relay,
+    pub(crate) dead_letter: Option<DeadLetterHook>,
+}
+
+impl std::ops::Deref for RelayEntry {
+    type Target = Relay;
+
+    fn deref(&self) -> &Relay {
+        &self.relay
+    }
+}
 
 /// A library-owned transaction, and the relay whose config and pool it uses.
 struct TxEntry {
-    relay: Arc<Relay>,
+    relay: Arc<RelayEntry>,
     /// `None` once committed or rolled back by a concurrent call.
     tx: Mutex<Option<Transaction<'static>>>,
 }
@@ -26,14 +40,16 @@ fn next() -> i64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-pub(crate) fn add_relay(relay: Relay) -> i64 {
+pub(crate) fn add_relay(relay: Relay, dead_letter: Option<DeadLetterHook>) -> i64 {
     let h = next();
-    RELAYS.lock().insert(h, Arc::new(relay));
+    RELAYS
+        .lock()
+        .insert(h, Arc::new(RelayEntry { relay, dead_letter }));
     h
 }
 
 /// The relay of `handle`, or `OutboxStoppedException`.
-pub(crate) fn relay(handle: i64) -> JResult<Arc<Relay>> {
+pub(crate) fn relay(handle: i64) -> JResult<Arc<RelayEntry>> {
     RELAYS.lock().get(&handle).cloned().ok_or_else(|| {
         Failure::Stopped(format!(
             "the outbox relay is closed (handle {handle} is not open)"
@@ -41,11 +57,11 @@ pub(crate) fn relay(handle: i64) -> JResult<Arc<Relay>> {
     })
 }
 
-pub(crate) fn remove_relay(handle: i64) -> Option<Arc<Relay>> {
+pub(crate) fn remove_relay(handle: i64) -> Option<Arc<RelayEntry>> {
     RELAYS.lock().remove(&handle)
 }
 
-pub(crate) fn add_tx(relay: Arc<Relay>, tx: Transaction<'static>) -> i64 {
+pub(crate) fn add_tx(relay: Arc<RelayEntry>, tx: Transaction<'static>) -> i64 {
     let h = next();
     TXS.lock().insert(
         h,
@@ -79,7 +95,7 @@ pub(crate) fn with_tx<T>(
 }
 
 /// Removes `handle` and hands back its transaction to commit or roll back.
-pub(crate) fn take_tx(handle: i64) -> Option<(Arc<Relay>, Transaction<'static>)> {
+pub(crate) fn take_tx(handle: i64) -> Option<(Arc<RelayEntry>, Transaction<'static>)> {
     let entry = TXS.lock().remove(&handle)?;
     let tx = entry.tx.lock().take()?;
     Some((entry.relay.clone(), tx))

@@ -11,12 +11,16 @@
 //! holds its own `Arc`, so closing a relay from another thread never frees it under that call.
 
 mod boundary;
+mod dead_letter;
 mod handles;
 
 use std::ptr::null_mut;
+use std::sync::Arc;
 use std::time::Duration;
 
-use ::jni::objects::{JByteArray, JClass, JDoubleArray, JLongArray, JObjectArray, JString};
+use ::jni::objects::{
+    JByteArray, JClass, JDoubleArray, JLongArray, JObject, JObjectArray, JString,
+};
 use ::jni::sys::{
     jboolean, jint, jintArray, jlong, jlongArray, jobjectArray, jstring, JNI_FALSE, JNI_TRUE,
 };
@@ -26,7 +30,8 @@ use mysql::prelude::Queryable;
 use crate::config::Config;
 use crate::error::{ConfigError, Error};
 use crate::event::NewEvent;
-use crate::relay::StopReport;
+use crate::relay::{DeadLetterHook, StopReport};
+use crate::store::DeadLetter;
 use boundary::{guard, string_array, Failure, JResult};
 
 /// Version of the contract between `outbox.jar` and this library (the set of native methods
@@ -452,13 +457,47 @@ pub extern "system" fn Java_io_outbox_Native_start<'l>(
     _class: JClass<'l>,
     keys: JObjectArray<'l>,
     values: JObjectArray<'l>,
+    dead_letter_listener: JObject<'l>,
 ) -> jlong {
     guard(&mut env, 0, |env| {
         let config = config_from(env, &keys, &values)?;
         // Before the publisher is chosen and started, so a bad config never starts a client.
         config.validate()?;
-        let relay = crate::open(config, None)?;
-        Ok(handles::add_relay(relay))
+        let hook: Option<DeadLetterHook> = if dead_letter_listener.is_null() {
+            None
+        } else {
+            let listener = Arc::new(dead_letter::JavaListener::new(env, &dead_letter_listener)?);
+            Some(Arc::new(move |d: &DeadLetter| listener.deliver(d)))
+        };
+        let relay = crate::open(config, hook.clone())?;
+        Ok(handles::add_relay(relay, hook))
+    })
+}
+
+/// Calls the relay's dead-letter hook with a made-up letter from a thread the JVM has never
+/// seen, as a relay thread would: proves the attach-and-call path without a failing broker.
+#[no_mangle]
+pub extern "system" fn Java_io_outbox_Native_selfTestDeadLetter<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) -> jboolean {
+    guard(&mut env, JNI_FALSE, |_| {
+        let entry = handles::relay(handle)?;
+        let Some(hook) = entry.dead_letter.clone() else {
+            return Ok(JNI_FALSE);
+        };
+        let letter = DeadLetter {
+            id: 42,
+            biz_no: "SELF-TEST".into(),
+            event_type: "SELF_TEST".into(),
+            retry_count: 3,
+            last_error: "self-test dead letter".into(),
+        };
+        std::thread::spawn(move || hook(&letter))
+            .join()
+            .map_err(|_| Failure::IllegalState("the dead-letter hook panicked".into()))?;
+        Ok(JNI_TRUE)
     })
 }
 

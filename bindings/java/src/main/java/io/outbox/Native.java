@@ -133,8 +133,10 @@ final class Native {
 
     static native void selfTestPanic();
 
+    static native boolean selfTestDeadLetter(long handle);
+
     // --- relay
-    static native long start(String[] keys, String[] values);
+    static native long start(String[] keys, String[] values, DeadLetterListener deadLetters);
 
     static native void notifyRelay(long handle);
 

@@ -78,8 +78,16 @@ public final class Outbox implements AutoCloseable {
      * @throws OutboxPublisherException the broker client could not start
      */
     public static Outbox start(OutboxConfig config) {
+        return start(config, null);
+    }
+
+    /**
+     * Like {@link #start(OutboxConfig)}, telling {@code deadLetters} (if not {@code null}) of every
+     * event that ends FAIL.
+     */
+    public static Outbox start(OutboxConfig config, DeadLetterListener deadLetters) {
         Native.ensureLoaded();
-        long h = Native.start(config.keyArray(), config.valueArray());
+        long h = Native.start(config.keyArray(), config.valueArray(), deadLetters);
         try {
             return new Outbox(h);
         } catch (RuntimeException | Error e) {
@@ -224,6 +232,11 @@ public final class Outbox implements AutoCloseable {
         } finally {
             Reference.reachabilityFence(this);
         }
+    }
+
+    /** The native handle, for the binding's tests (0 once closed). */
+    long handleForTest() {
+        return state.handle.get();
     }
 
     /** Whether {@link #close()} has been called. */

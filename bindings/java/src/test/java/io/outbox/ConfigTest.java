@@ -132,7 +132,7 @@ public class ConfigTest {
         // Past the Java checks, the native side refuses null too.
         assertThrows(NullPointerException.class, () -> Native.configCheck(null, null));
         assertThrows(NullPointerException.class, () -> Native.configValidate(null, new String[0]));
-        assertThrows(NullPointerException.class, () -> Native.start(new String[] {null}, new String[] {"x"}));
-        assertThrows(IllegalArgumentException.class, () -> Native.start(new String[] {"workers"}, new String[0]));
+        assertThrows(NullPointerException.class, () -> Native.start(new String[] {null}, new String[] {"x"}, null));
+        assertThrows(IllegalArgumentException.class, () -> Native.start(new String[] {"workers"}, new String[0], null));
     }
 }

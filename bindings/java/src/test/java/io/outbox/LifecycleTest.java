@@ -2,6 +2,7 @@ package io.outbox;
 
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertFalse;
+import static org.junit.Assert.assertNotEquals;
 import static org.junit.Assert.assertNotNull;
 import static org.junit.Assert.assertThrows;
 import static org.junit.Assert.assertTrue;
@@ -73,6 +74,38 @@ public class LifecycleTest {
         OutboxConfig c = new OutboxConfig().set("db.url", "mysql://root@127.0.0.1:1/nothing").set("publisher", "none");
         OutboxDatabaseException e = assertThrows(OutboxDatabaseException.class, () -> Outbox.start(c));
         assertTrue(e.getMessage(), e.isRetriable());
+    }
+
+    @Test
+    public void dead_letters_reach_the_java_listener_from_a_relay_thread() throws Exception {
+        java.util.concurrent.BlockingQueue<DeadLetter> got = new java.util.concurrent.LinkedBlockingQueue<>();
+        java.util.concurrent.BlockingQueue<String> threads = new java.util.concurrent.LinkedBlockingQueue<>();
+        try (Outbox outbox = Outbox.start(db.config(), letter -> {
+            threads.add(Thread.currentThread().getName());
+            got.add(letter);
+        })) {
+            // The hook runs on a native thread the JVM has never seen, as a relay worker's would.
+            assertTrue(Native.selfTestDeadLetter(outbox.handleForTest()));
+            DeadLetter d = got.poll(10, java.util.concurrent.TimeUnit.SECONDS);
+            assertNotNull(d);
+            assertEquals(42, d.id());
+            assertEquals("SELF-TEST", d.bizNo());
+            assertEquals("SELF_TEST", d.eventType());
+            assertEquals(3, d.retryCount());
+            assertEquals("self-test dead letter", d.lastError());
+            assertNotEquals(Thread.currentThread().getName(), threads.poll());
+        }
+        // A listener that throws is reported and ignored: the relay and the JVM go on.
+        try (Outbox outbox = Outbox.start(db.config(), letter -> {
+            throw new IllegalStateException("listener failure (expected by the test)");
+        })) {
+            assertTrue(Native.selfTestDeadLetter(outbox.handleForTest()));
+            assertTrue(Native.selfTestDeadLetter(outbox.handleForTest()));
+            assertNotNull(outbox.stats());
+        }
+        try (Outbox outbox = Outbox.start(db.config())) {
+            assertFalse(Native.selfTestDeadLetter(outbox.handleForTest()));
+        }
     }
 
     @Test
