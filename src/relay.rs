@@ -456,6 +456,16 @@ impl Relay {
     }
 }
 
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("instance_id", &self.instance_id())
+            .field("table", &self.inner.config.table)
+            .field("relaying", &self.is_relaying())
+            .finish()
+    }
+}
+
 impl Drop for Relay {
     fn drop(&mut self) {
         let grace = self.inner.config.send_timeout + Duration::from_secs(1);

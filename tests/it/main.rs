@@ -5,3 +5,5 @@ mod protocol;
 mod schema;
 mod relay;
 mod admin;
+#[cfg(feature = "daemon")]
+mod daemon;

@@ -208,3 +208,12 @@ impl Publisher for Recorder {
         out
     }
 }
+
+/// Whether the end-to-end parts can run: built with the RocketMQ publisher and a name server
+/// answering on 127.0.0.1:9876 (`scripts/rocketmq start`).
+#[allow(dead_code)]
+pub fn broker_available() -> bool {
+    cfg!(feature = "rocketmq")
+        && std::net::TcpStream::connect_timeout(&"127.0.0.1:9876".parse().unwrap(), Duration::from_millis(500)).is_ok()
+        && std::net::TcpStream::connect_timeout(&"127.0.0.1:10911".parse().unwrap(), Duration::from_millis(500)).is_ok()
+}

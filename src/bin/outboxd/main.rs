@@ -1,0 +1,401 @@
+//! `outboxd`: the standalone relay daemon and its admin commands, on the `outbox` core.
+
+mod metrics;
+mod settings;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use outbox::admin::{self, BatchOptions, DeadLetterAction, DeadLetterFilter, TimeBound};
+use outbox::{Config, Relay, KEYS};
+
+/// Exit code for configuration errors.
+const EXIT_CONFIG: u8 = 2;
+
+#[derive(Parser)]
+#[command(name = "outboxd", version, about = "Transactional-outbox relay: MySQL/MariaDB to RocketMQ")]
+struct Cli {
+    /// TOML file with configuration keys (`scan.interval.ms = 200`, or nested tables).
+    #[arg(long, short, global = true, env = "OUTBOX_CONFIG")]
+    config: Option<PathBuf>,
+    /// Set a key, overriding the file and the environment: `--set batch.size=200`. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
+    sets: Vec<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Relay until SIGINT/SIGTERM, then drain and exit 0 (a second signal exits at once).
+    Run {
+        /// How long to let sends in flight finish on shutdown.
+        #[arg(long, default_value = "10s", value_parser = duration)]
+        drain: Duration,
+    },
+    /// Configuration commands.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Apply the migrations to the configured table (idempotent).
+    Migrate,
+    /// Counts by status, oldest due WAIT age, SENDING rows with owner and age, recent dead letters.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Dead letters (status FAIL): list, replay, discard.
+    DeadLetters {
+        #[command(subcommand)]
+        command: DeadCommand,
+    },
+    /// Delete sent rows older than an age, in small batches, once.
+    Purge {
+        /// Age, e.g. 7d; defaults to retention.age.ms.
+        #[arg(long, value_parser = duration)]
+        older_than: Option<Duration>,
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the effective configuration (secrets redacted) with each value's source, or every
+    /// error; exit 2 on any error.
+    Check,
+    /// Print every key with its default and meaning, as TOML (a documented outbox.toml).
+    Example,
+}
+
+#[derive(Args, Clone)]
+struct Filter {
+    /// Event id (repeatable).
+    #[arg(long = "id")]
+    ids: Vec<u64>,
+    #[arg(long)]
+    event_type: Option<String>,
+    #[arg(long)]
+    biz_no: Option<String>,
+    /// Dead-lettered since: 24h, 7d, or 2026-12-01 08:00:00.
+    #[arg(long, value_parser = time_bound)]
+    since: Option<TimeBound>,
+    /// Dead-lettered before.
+    #[arg(long, value_parser = time_bound)]
+    until: Option<TimeBound>,
+}
+
+impl Filter {
+    fn to_filter(&self) -> DeadLetterFilter {
+        DeadLetterFilter {
+            ids: self.ids.clone(),
+            event_type: self.event_type.clone(),
+            biz_no: self.biz_no.clone(),
+            since: self.since.clone(),
+            until: self.until.clone(),
+        }
+    }
+    fn is_empty(&self) -> bool {
+        self.to_filter() == DeadLetterFilter::default()
+    }
+}
+
+#[derive(Args)]
+struct BatchArgs {
+    #[command(flatten)]
+    filter: Filter,
+    /// Show what would change without changing it.
+    #[arg(long)]
+    dry_run: bool,
+    /// Rows per statement.
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Most rows per second (0 = no limit).
+    #[arg(long, default_value_t = 500)]
+    rate: u64,
+    /// Who is acting (stored in outbox_audit); defaults to $USER@hostname.
+    #[arg(long)]
+    actor: Option<String>,
+    /// Act on every dead letter when no filter is given.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Subcommand)]
+enum DeadCommand {
+    List {
+        #[command(flatten)]
+        filter: Filter,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Back to WAIT with the retry count reset.
+    Replay(BatchArgs),
+    /// Mark DISCARDED: never sent, kept for the record.
+    Discard(BatchArgs),
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    admin::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 500ms, 30s, 15m, 24h, 7d"))
+}
+
+fn time_bound(s: &str) -> Result<TimeBound, String> {
+    TimeBound::parse(s)
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    if let Command::Config { command: ConfigCommand::Example } = cli.command {
+        print!("{}", example_toml());
+        return ExitCode::SUCCESS;
+    }
+    let effective = match settings::load(cli.config.as_deref(), &cli.sets, |v| std::env::var(v).ok()) {
+        Ok(e) => e,
+        Err(problems) => {
+            eprintln!("outboxd: {} configuration error(s):", problems.len());
+            for p in &problems {
+                eprintln!("  - {p}");
+            }
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let result = match cli.command {
+        Command::Config { command: ConfigCommand::Check } => {
+            for k in KEYS {
+                println!(
+                    "{:<28} = {:<40} ({})",
+                    k.key,
+                    effective.config.get_redacted(k.key).unwrap_or_default(),
+                    effective.sources[k.key]
+                );
+            }
+            println!("configuration OK");
+            Ok(())
+        }
+        Command::Config { command: ConfigCommand::Example } => unreachable!("handled before loading"),
+        Command::Run { drain } => run(effective.config, drain),
+        Command::Migrate => migrate(&effective.config),
+        Command::Status { json } => status(&effective.config, json),
+        Command::DeadLetters { command } => dead_letters(&effective.config, command),
+        Command::Purge { older_than, batch } => purge(&effective.config, older_than, batch),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("outboxd: {e}");
+            if matches!(e, outbox::Error::Config(_)) {
+                ExitCode::from(EXIT_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+/// Every key with its default, as a commented TOML file.
+fn example_toml() -> String {
+    let d = Config::default();
+    let mut out = String::from("# outbox.toml: every key with its default. Each key can also be set by an\n# environment variable (scan.interval.ms -> OUTBOX_SCAN_INTERVAL_MS) or by --set key=value.\n\n");
+    for k in KEYS {
+        out.push_str(&format!("# {}\n", k.doc));
+        let v = d.get(k.key).unwrap_or_default();
+        let quoted = v.parse::<f64>().is_ok() || v == "true" || v == "false";
+        if k.key == "db.url" {
+            out.push_str("\"db.url\" = \"mysql://root@127.0.0.1:3306/test\"\n\n");
+        } else if quoted {
+            out.push_str(&format!("\"{}\" = {v}\n\n", k.key));
+        } else {
+            out.push_str(&format!("\"{}\" = \"{v}\"\n\n", k.key));
+        }
+    }
+    out
+}
+
+fn pool(config: &Config) -> outbox::Result<mysql::Pool> {
+    outbox::connect(config)
+}
+
+fn migrate(config: &Config) -> outbox::Result<()> {
+    let r = outbox::migrate_table(&pool(config)?, &config.table)?;
+    if r.applied.is_empty() {
+        println!("table {} is up to date (schema version {})", config.table, r.current);
+    } else {
+        println!("applied {:?} to {}; schema version {}", r.applied, config.table, r.current);
+    }
+    Ok(())
+}
+
+fn run(config: Config, drain: Duration) -> outbox::Result<()> {
+    let (tx, rx) = crossbeam_channel::bounded::<()>(1);
+    let signals = std::sync::atomic::AtomicUsize::new(0);
+    ctrlc::set_handler(move || {
+        if signals.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            log::info!("signal received: draining (a second signal exits at once)");
+            let _ = tx.try_send(());
+        } else {
+            log::warn!("second signal: exiting now; rows still SENDING return when their lease expires");
+            std::process::exit(130);
+        }
+    })
+    .map_err(|e| outbox::Error::Publisher(format!("cannot install the signal handler: {e}")))?;
+    log::info!(
+        "outboxd {} on {} table {} (publisher {})",
+        outbox::VERSION,
+        outbox::config::redact_url(&config.db_url),
+        config.table,
+        config.get("publisher").unwrap_or_default()
+    );
+    let latency = metrics::Latency::new();
+    let publisher = outbox::publisher_for(&config)?;
+    let listen = config.metrics_listen.clone();
+    let mut builder = Relay::builder(config).dead_letter_hook(|d| {
+        log::error!("dead letter: event {} biz_no {} type {}: {}", d.id, d.biz_no, d.event_type, d.last_error)
+    });
+    if let Some(p) = publisher {
+        builder = builder.publisher(p);
+    }
+    let l2 = latency.clone();
+    builder = builder.latency_hook(move |a, r| l2.observe(a, r));
+    let relay = Arc::new(builder.start()?);
+    if let Some(addr) = listen {
+        metrics::serve(&addr, relay.clone(), latency).map_err(|e| outbox::Error::Publisher(e.to_string()))?;
+    }
+    let _ = rx.recv();
+    let report = relay.stop(drain);
+    let s = relay.counters();
+    log::info!(
+        "stopped: sent {} retried {} dead-lettered {} reclaimed {}; released {} on shutdown{}",
+        s.sent,
+        s.retried,
+        s.dead_lettered,
+        s.reclaimed,
+        report.released,
+        if report.timed_out {
+            format!(", {} still in flight at the deadline", report.in_flight_at_deadline)
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
+fn status(config: &Config, json: bool) -> outbox::Result<()> {
+    let s = admin::status(&pool(config)?, &config.table)?;
+    if json {
+        println!("{}", s.to_json());
+        return Ok(());
+    }
+    println!("table {}", config.table);
+    for (st, n) in &s.counts {
+        println!("  {st:<10} {n}");
+    }
+    match s.oldest_wait_age {
+        Some(a) => println!("oldest due WAIT: {:.1} s", a.as_secs_f64()),
+        None => println!("oldest due WAIT: none due"),
+    }
+    println!("dead letters in the last day: {}", s.dead_last_day);
+    if !s.sending.is_empty() {
+        println!("SENDING (oldest first):");
+        for r in &s.sending {
+            println!("  id {:<10} owner {:<32} for {:.1} s", r.id, r.owner.as_deref().unwrap_or("-"), r.age.as_secs_f64());
+        }
+    }
+    Ok(())
+}
+
+fn default_actor() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into());
+    format!("{user}@{host}")
+}
+
+fn dead_letters(config: &Config, command: DeadCommand) -> outbox::Result<()> {
+    let pool = pool(config)?;
+    let (args, action) = match command {
+        DeadCommand::List { filter, limit, json } => {
+            let rows = admin::list_dead_letters(&pool, &config.table, &filter.to_filter(), limit)?;
+            if json {
+                let v: Vec<_> = rows
+                    .iter()
+                    .map(|d| {
+                        serde_json::json!({"id": d.id, "biz_no": d.biz_no, "event_type": d.event_type,
+                        "retry_count": d.retry_count, "last_error": d.last_error, "claim_owner": d.claim_owner,
+                        "failed_at": d.failed_at})
+                    })
+                    .collect();
+                println!("{}", serde_json::Value::from(v));
+            } else {
+                for d in &rows {
+                    println!(
+                        "{:<10} {:<24} {:<20} {:<24} attempts {:<3} {}",
+                        d.id,
+                        d.failed_at,
+                        d.event_type,
+                        d.biz_no,
+                        d.retry_count,
+                        d.last_error.as_deref().unwrap_or("")
+                    );
+                }
+                println!("{} dead letter(s)", rows.len());
+            }
+            return Ok(());
+        }
+        DeadCommand::Replay(a) => (a, DeadLetterAction::Replay),
+        DeadCommand::Discard(a) => (a, DeadLetterAction::Discard),
+    };
+    if args.filter.is_empty() && !args.all {
+        return Err(outbox::Error::InvalidEvent {
+            field: "filter",
+            reason: "is empty: give --id, --event-type, --biz-no, --since/--until, or --all".into(),
+        });
+    }
+    let opts = BatchOptions {
+        dry_run: args.dry_run,
+        batch: args.batch,
+        rate_per_sec: args.rate,
+        actor: args.actor.unwrap_or_else(default_actor),
+    };
+    let bar = ProgressBar::new(0);
+    bar.set_style(ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec})").expect("static template"));
+    bar.set_message(if opts.dry_run { "dry run" } else { "dead letters" });
+    let n = admin::act_on_dead_letters(&pool, &config.table, &args.filter.to_filter(), action, &opts, |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })?;
+    bar.finish_and_clear();
+    let verb = match action {
+        DeadLetterAction::Replay => "replayed",
+        DeadLetterAction::Discard => "discarded",
+    };
+    if opts.dry_run {
+        println!("dry run: {n} dead letter(s) would be {verb}");
+    } else {
+        println!("{n} dead letter(s) {verb} by {}", opts.actor);
+    }
+    Ok(())
+}
+
+fn purge(config: &Config, older_than: Option<Duration>, batch: usize) -> outbox::Result<()> {
+    let age = older_than.or(config.retention_age).ok_or_else(|| {
+        outbox::Error::Config(outbox::ConfigError::InvalidValue {
+            key: "retention.age.ms".into(),
+            value: "0".into(),
+            reason: "purge needs an age: pass --older-than or set retention.age.ms".into(),
+        })
+    })?;
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} deleted {pos} rows ({per_sec})").expect("static template"));
+    let n = admin::purge(&pool(config)?, &config.table, age, batch, Duration::MAX, |d| bar.set_position(d))?;
+    bar.finish_and_clear();
+    println!("purged {n} row(s) sent more than {} s ago from {}", age.as_secs(), config.table);
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! Effective configuration: defaults, then the TOML file, then `OUTBOX_*` environment
+//! variables, then `--set key=value` flags. Every error is collected, each naming the key, the
+//! value and where it came from.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use outbox::{Config, ConfigError, KEYS};
+
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    File(String),
+    Env(String),
+    Flag,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => write!(f, "default"),
+            Source::File(p) => write!(f, "file {p}"),
+            Source::Env(v) => write!(f, "env {v}"),
+            Source::Flag => write!(f, "flag --set"),
+        }
+    }
+}
+
+/// One problem with the configuration.
+#[derive(Debug, Clone)]
+pub struct Problem {
+    pub source: Source,
+    pub error: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (from {})", self.error, self.source)
+    }
+}
+
+/// The environment variable of a key: `scan.interval.ms` → `OUTBOX_SCAN_INTERVAL_MS`.
+pub fn env_name(key: &str) -> String {
+    format!("OUTBOX_{}", key.to_ascii_uppercase().replace(['.', '-'], "_"))
+}
+
+pub struct Effective {
+    pub config: Config,
+    pub sources: BTreeMap<&'static str, Source>,
+}
+
+/// Loads the effective configuration, or every problem found.
+pub fn load(file: Option<&Path>, sets: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Effective, Vec<Problem>> {
+    let mut config = Config::default();
+    let mut sources: BTreeMap<&'static str, Source> = KEYS.iter().map(|k| (k.key, Source::Default)).collect();
+    let mut problems = Vec::new();
+    let mut apply = |config: &mut Config, key: &str, value: &str, source: Source, problems: &mut Vec<Problem>| match config.set(key, value) {
+        Ok(()) => {
+            if let Some(k) = KEYS.iter().find(|k| k.key == key) {
+                sources.insert(k.key, source);
+            }
+        }
+        Err(e) => problems.push(Problem {
+            source,
+            error: redact_error(key, e),
+        }),
+    };
+
+    if let Some(path) = file {
+        let shown = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Err(e) => problems.push(Problem {
+                source: Source::File(shown.clone()),
+                error: format!("cannot read the config file: {e}"),
+            }),
+            Ok(text) => match text.parse::<toml::Table>() {
+                Err(e) => problems.push(Problem {
+                    source: Source::File(shown.clone()),
+                    error: format!("not valid TOML: {e}"),
+                }),
+                Ok(table) => {
+                    let mut flat = Vec::new();
+                    flatten("", &table, &mut flat);
+                    for (key, value) in flat {
+                        match value {
+                            Ok(v) => apply(&mut config, &key, &v, Source::File(shown.clone()), &mut problems),
+                            Err(kind) => problems.push(Problem {
+                                source: Source::File(shown.clone()),
+                                error: format!("{key}: a {kind} is not a valid value (use a string, number or boolean)"),
+                            }),
+                        }
+                    }
+                }
+            },
+        }
+    }
+    for k in KEYS {
+        let var = env_name(k.key);
+        if let Some(v) = env(&var) {
+            apply(&mut config, k.key, &v, Source::Env(var), &mut problems);
+        }
+    }
+    for s in sets {
+        match s.split_once('=') {
+            Some((k, v)) => apply(&mut config, k.trim(), v, Source::Flag, &mut problems),
+            None => problems.push(Problem {
+                source: Source::Flag,
+                error: format!("--set {s:?} is not key=value"),
+            }),
+        }
+    }
+    if problems.is_empty() {
+        if let Err(e) = config.validate() {
+            let source = match &e {
+                ConfigError::InvalidValue { key, .. } => sources.get(key.as_str()).cloned().unwrap_or(Source::Default),
+                _ => Source::Default,
+            };
+            problems.push(Problem {
+                source,
+                error: e.to_string(),
+            });
+        }
+    }
+    if problems.is_empty() {
+        Ok(Effective { config, sources })
+    } else {
+        Err(problems)
+    }
+}
+
+/// Errors name the value, but never a secret or a password in a URL.
+fn redact_error(key: &str, e: ConfigError) -> String {
+    if outbox::config::SECRET_KEYS.contains(&key) {
+        if let ConfigError::InvalidValue { key, reason, .. } = e {
+            return format!("invalid value \"***\" for {key}: {reason}");
+        }
+    }
+    e.to_string()
+}
+
+fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, Result<String, &'static str>)>) {
+    for (k, v) in table {
+        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match v {
+            toml::Value::Table(t) => flatten(&key, t, out),
+            toml::Value::String(s) => out.push((key, Ok(s.clone()))),
+            toml::Value::Integer(i) => out.push((key, Ok(i.to_string()))),
+            toml::Value::Float(f) => out.push((key, Ok(f.to_string()))),
+            toml::Value::Boolean(b) => out.push((key, Ok(b.to_string()))),
+            toml::Value::Array(_) => out.push((key, Err("list"))),
+            toml::Value::Datetime(_) => out.push((key, Err("date"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn env_overrides_file_and_flags_override_env() {
+        let dir = std::env::temp_dir().join(format!("outboxd-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("o.toml");
+        std::fs::write(&f, "db.url = \"mysql://root@127.0.0.1/x\"\n[scan]\ninterval.ms = 200\n[batch]\nsize = 7\n").unwrap();
+        let env = |v: &str| (v == "OUTBOX_SCAN_INTERVAL_MS").then(|| "300".to_string());
+        let e = load(Some(&f), &["batch.size=9".into()], env).unwrap();
+        assert_eq!(e.config.scan_interval.as_millis(), 300);
+        assert_eq!(e.config.batch_size, 9);
+        assert_eq!(e.sources["scan.interval.ms"], Source::Env("OUTBOX_SCAN_INTERVAL_MS".into()));
+        assert_eq!(e.sources["batch.size"], Source::Flag);
+    }
+
+    #[test]
+    fn every_error_is_reported_with_key_value_and_source() {
+        let e = load(None, &["batch.size=lots".into(), "no.such=1".into(), "db.url=mysql://root@h/x".into()], no_env)
+            .err()
+            .unwrap();
+        assert_eq!(e.len(), 2);
+        let all = e.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n");
+        assert!(all.contains("batch.size") && all.contains("lots") && all.contains("flag --set"), "{all}");
+        assert!(all.contains("no.such"), "{all}");
+    }
+
+    #[test]
+    fn env_names_follow_the_keys() {
+        assert_eq!(env_name("scan.interval.ms"), "OUTBOX_SCAN_INTERVAL_MS");
+    }
+}
