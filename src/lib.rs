@@ -14,6 +14,7 @@ mod breaker;
 pub mod config;
 pub mod error;
 pub mod event;
+pub mod ffi;
 pub mod migrate;
 pub mod publisher;
 pub mod relay;

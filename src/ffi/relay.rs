@@ -1,0 +1,252 @@
+//! `outbox_relay`: start, notify, stop, free, and what hosts need for their own transactions.
+
+use std::ffi::{c_char, CStr, CString};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use super::conf::{hook_for, HookSlot};
+use super::{ffi_boundary, outbox_conf, outbox_event, with_errstr, write_string_out, Failure};
+use crate::ffi::outbox_result::{self, *};
+
+/// What a relay handle and its transactions share. Transactions keep it (and so the pool)
+/// alive after `outbox_free`, so a tx may be finished or freed in any order.
+pub(crate) struct Shared {
+    pub relay: crate::Relay,
+    pub stopped: AtomicBool,
+    hook: Option<HookSlot>,
+}
+
+impl Shared {
+    pub fn check_running(&self) -> Result<(), Failure> {
+        if self.stopped.load(SeqCst) {
+            Err(Failure::new(
+                OUTBOX_ERR_STOPPED,
+                "the relay is stopped (outbox_stop was called)",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A started relay (or enqueue-only instance with `publisher=none`). Created by
+/// `outbox_start`, stopped by `outbox_stop`, freed by `outbox_free`.
+pub struct outbox_relay {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// Longest stop deadline honoured (about 49 days); longer ones are shortened to it.
+const MAX_STOP_MS: u64 = u32::MAX as u64;
+
+/// Starts a relay from `conf`. The conf is consumed whether this succeeds or not: do not use
+/// or free it afterwards (even when `out_relay` is NULL). It opens the database pool, checks
+/// that the table exists (run `outbox_migrate` first), starts the publisher named by
+/// `publisher` and the relay threads; with `publisher=none` it starts no thread and only
+/// enqueues. On success `*out_relay` receives the handle; on failure nothing is written there
+/// and, if `errstr` is not NULL, a NUL-terminated message is written into it.
+///
+/// Thread safety: safe from any thread (for distinct confs).
+#[no_mangle]
+pub unsafe extern "C" fn outbox_start(
+    conf: *mut outbox_conf,
+    out_relay: *mut *mut outbox_relay,
+    errstr: *mut c_char,
+    errstr_size: usize,
+) -> outbox_result {
+    ffi_boundary!(nonnull() {
+        with_errstr(errstr, errstr_size, || {
+            if conf.is_null() {
+                return Err(Failure::null("conf"));
+            }
+            let conf = *Box::from_raw(conf);
+            if out_relay.is_null() {
+                return Err(Failure::null("out_relay"));
+            }
+            let hook = conf.dead_letter.map(|cb| Arc::new(RwLock::new(Some(cb))));
+            let relay = crate::open(conf.config, hook.as_ref().map(hook_for))?;
+            let shared = Arc::new(Shared {
+                relay,
+                stopped: AtomicBool::new(false),
+                hook,
+            });
+            *out_relay = Box::into_raw(Box::new(outbox_relay { shared }));
+            Ok(())
+        })
+    })
+}
+
+/// Wakes the relay so committed events are dispatched now instead of at the next scan. Call it
+/// after committing a transaction of your own that enqueued events (`outbox_tx_commit` does it
+/// by itself). Never blocks. `OUTBOX_ERR_STOPPED` after `outbox_stop`.
+///
+/// Thread safety: safe from any thread, concurrently with any call on the same relay except
+/// `outbox_free`.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_notify(relay: *const outbox_relay) -> outbox_result {
+    ffi_boundary!(nonnull(relay) {
+        let shared = &(*relay).shared;
+        shared.check_running()?;
+        shared.relay.notify();
+        Ok(())
+    })
+}
+
+/// Stops the relay: stops claiming, lets sends in flight finish until `timeout_ms`, returns
+/// claimed-but-unsent events to WAIT, and joins the relay threads. Blocks until then. Returns
+/// `OUTBOX_ERR_TIMED_OUT` if some thread was still running at the deadline (its events come
+/// back when their lease expires). Idempotent: later calls return `OUTBOX_OK` at once. After
+/// it, `outbox_notify`, `outbox_tx_begin` and `outbox_enqueue_in_tx` return
+/// `OUTBOX_ERR_STOPPED`; `outbox_stats`, `outbox_insert_statement` and transactions already
+/// begun (execute, commit, rollback) still work. The handle must still be freed.
+///
+/// Thread safety: safe from any thread, concurrently with any call on the same relay except
+/// `outbox_free`; a call made while another stop is in progress returns at once.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_stop(relay: *mut outbox_relay, timeout_ms: u64) -> outbox_result {
+    ffi_boundary!(nonnull(relay) {
+        let shared = &(*relay).shared;
+        shared.stopped.store(true, SeqCst);
+        let report = shared.relay.stop(Duration::from_millis(timeout_ms.min(MAX_STOP_MS)));
+        if report.timed_out {
+            return Err(Failure::new(
+                OUTBOX_ERR_TIMED_OUT,
+                format!(
+                    "the relay threads did not end within {timeout_ms} ms ({} events still in flight)",
+                    report.in_flight_at_deadline
+                ),
+            ));
+        }
+        Ok(())
+    })
+}
+
+/// Frees a relay handle, stopping it first if needed (with a deadline of the send timeout plus
+/// one second). After it returns the dead-letter callback is never called again. Transactions
+/// begun on it stay usable until freed. NULL is a no-op; freeing twice is undefined behaviour.
+///
+/// Thread safety: must not run concurrently with any other call on the same relay.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_free(relay: *mut outbox_relay) {
+    ffi_boundary!(void, nonnull(relay) {
+        let handle = Box::from_raw(relay);
+        let shared = &handle.shared;
+        shared.stopped.store(true, SeqCst);
+        shared.relay.stop(shared.relay.config().send_timeout + Duration::from_secs(1));
+        if let Some(slot) = &shared.hook {
+            // Waits for a callback in progress; none starts afterwards.
+            *slot.write() = None;
+        }
+        drop(handle);
+    })
+}
+
+/// Writes a JSON snapshot of the relay's counters (`sent`, `retried`, `dead_lettered`,
+/// `reclaimed`, `in_flight`, `breaker_state`, ...) and, when the database answers, its gauges
+/// (`gauges.wait`, `gauges.sending`, `gauges.fail`, `gauges.oldest_wait_age_ms`; else
+/// `"gauges": null`) into `buf`, NUL-terminated.
+///
+/// Buffer convention (also `outbox_insert_statement`, `outbox_last_error`): `*out_needed`
+/// receives the size needed including the NUL, on success and on `OUTBOX_ERR_BUFFER_TOO_SMALL`
+/// (then `buf` is untouched); `buf` may be NULL when `len` is 0, to ask for the size. Each call
+/// takes a new snapshot, so the size can grow between two calls: leave some room.
+///
+/// Thread safety: safe from any thread, concurrently with any call on the same relay except
+/// `outbox_free`. Works after `outbox_stop`.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_stats(
+    relay: *const outbox_relay,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> outbox_result {
+    ffi_boundary!(nonnull(relay, out_needed) {
+        let relay = &*relay;
+        let json = relay.shared.relay.stats().to_json();
+        write_string_out(&json, buf, len, out_needed)
+    })
+}
+
+/// Writes the parameterised INSERT that enqueues one event into the relay's table, for hosts
+/// that insert with their own driver inside their own transaction (then `outbox_notify` after
+/// their commit). Its `?` parameters, in order, are named by `outbox_insert_param_name(0..n)`:
+/// `biz_no`, `event_type`, `payload` (bytes), `topic` (NULL = the configured topic), `tag`
+/// (NULL = the event type), `headers` (NULL, or a JSON object of string values). Validate the
+/// event with `outbox_validate_event` first. Buffer convention as in `outbox_stats`.
+///
+/// Thread safety: safe from any thread, concurrently with any call on the same relay except
+/// `outbox_free`. Works after `outbox_stop`.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_insert_statement(
+    relay: *const outbox_relay,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> outbox_result {
+    ffi_boundary!(nonnull(relay, out_needed) {
+        let relay = &*relay;
+        let sql = crate::insert_statement(&relay.shared.relay.config().table);
+        write_string_out(&sql, buf, len, out_needed)
+    })
+}
+
+fn param_names() -> &'static [CString] {
+    static NAMES: OnceLock<Vec<CString>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        crate::INSERT_PARAMS
+            .iter()
+            .map(|n| CString::new(*n).expect("no NUL"))
+            .collect()
+    })
+}
+
+/// The number of `?` parameters of `outbox_insert_statement`.
+///
+/// Thread safety: safe from any thread.
+#[no_mangle]
+pub extern "C" fn outbox_insert_param_count() -> usize {
+    ffi_boundary!(fallback = 0, nonnull() { param_names().len() })
+}
+
+/// The name of parameter `index` of `outbox_insert_statement` (a static NUL-terminated
+/// string), or NULL when `index` is out of range.
+///
+/// Thread safety: safe from any thread.
+#[no_mangle]
+pub extern "C" fn outbox_insert_param_name(index: usize) -> *const c_char {
+    ffi_boundary!(fallback = std::ptr::null(), nonnull() {
+        param_names().get(index).map_or(std::ptr::null(), |n| CStr::as_ptr(n))
+    })
+}
+
+/// Checks `event` as `outbox_enqueue_in_tx` would (required fields, lengths, the relay's
+/// `payload.max.bytes`, topic characters, reserved header names) without writing anything: for
+/// hosts that insert with `outbox_insert_statement`. `OUTBOX_ERR_INVALID_EVENT` names the
+/// field in `errstr` (if not NULL).
+///
+/// Thread safety: safe from any thread, concurrently with any call on the same relay except
+/// `outbox_free`.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_validate_event(
+    relay: *const outbox_relay,
+    event: *const outbox_event,
+    errstr: *mut c_char,
+    errstr_size: usize,
+) -> outbox_result {
+    ffi_boundary!(nonnull() {
+        with_errstr(errstr, errstr_size, || {
+            if relay.is_null() {
+                return Err(Failure::null("relay"));
+            }
+            if event.is_null() {
+                return Err(Failure::null("event"));
+            }
+            let ev = super::event::to_new_event(&*event)?;
+            let relay = &*relay;
+            ev.validate(relay.shared.relay.config().payload_max_bytes)?;
+            Ok(())
+        })
+    })
+}

@@ -1,0 +1,201 @@
+//! `outbox_tx`: a library-owned transaction on a pooled connection, for hosts whose own
+//! database access cannot join the library's (C, C++, or Go/Java hosts that accept it).
+
+use std::ffi::c_char;
+use std::sync::Arc;
+
+use mysql::prelude::Queryable;
+
+use super::relay::Shared;
+use super::{arg_str, ffi_boundary, outbox_event, outbox_param, outbox_relay, Failure};
+use crate::ffi::outbox_result::{self, *};
+
+/// A database transaction owned by the library, holding one connection of the relay's pool.
+/// Begun by `outbox_tx_begin`, ended by `outbox_tx_commit` or `outbox_tx_rollback`, always
+/// freed by `outbox_tx_free` (which rolls back if it was not ended).
+pub struct outbox_tx {
+    shared: Arc<Shared>,
+    tx: Option<mysql::Transaction<'static>>,
+}
+
+// The handle may move between threads (one call at a time).
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<outbox_tx>();
+};
+
+impl outbox_tx {
+    fn live(&mut self) -> Result<&mut mysql::Transaction<'static>, Failure> {
+        self.tx.as_mut().ok_or_else(|| {
+            Failure::new(
+                OUTBOX_ERR_TX_FINISHED,
+                "the transaction was already committed or rolled back",
+            )
+        })
+    }
+}
+
+/// Begins a transaction on a connection of the relay's pool (READ COMMITTED, like the relay's
+/// own sessions). Blocks while all `db.pool.max` connections are in use, so size the pool for
+/// the relay plus your concurrent transactions. `OUTBOX_ERR_STOPPED` after `outbox_stop`.
+/// On success `*out_tx` receives the transaction.
+///
+/// Thread safety: safe from any thread, concurrently with any call on the same relay except
+/// `outbox_free`.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_tx_begin(
+    relay: *const outbox_relay,
+    out_tx: *mut *mut outbox_tx,
+) -> outbox_result {
+    ffi_boundary!(nonnull(relay, out_tx) {
+        let shared = (*relay).shared.clone();
+        shared.check_running()?;
+        let tx = shared.relay.pool().start_transaction(mysql::TxOpts::default())?;
+        *out_tx = Box::into_raw(Box::new(outbox_tx { shared, tx: Some(tx) }));
+        Ok(())
+    })
+}
+
+/// Runs one business statement in the transaction. `sql` is NUL-terminated UTF-8 with `?`
+/// placeholders; `params` holds `nparams` values bound to them in order (never interpolated;
+/// `params` may be NULL when `nparams` is 0). On success writes the affected row count and the
+/// last insert id (0 when none) into `out_affected` and `out_last_insert_id`, each of which may
+/// be NULL when not wanted. Do not run COMMIT, ROLLBACK or START TRANSACTION through it.
+/// A statement the database refuses is `OUTBOX_ERR_STATEMENT`; the transaction stays open.
+///
+/// Thread safety: not thread-safe for the same tx (one call at a time, from any thread).
+#[no_mangle]
+pub unsafe extern "C" fn outbox_tx_execute(
+    tx: *mut outbox_tx,
+    sql: *const c_char,
+    params: *const outbox_param,
+    nparams: usize,
+    out_affected: *mut u64,
+    out_last_insert_id: *mut u64,
+) -> outbox_result {
+    ffi_boundary!(nonnull(tx, sql) {
+        let sql = arg_str(sql, "sql")?;
+        let params = super::event::to_params(params, nparams)?;
+        let t = (*tx).live()?;
+        let (affected, last_id) = {
+            let result = t.exec_iter(sql, params)?;
+            let out = (result.affected_rows(), result.last_insert_id().unwrap_or(0));
+            drop(result);
+            out
+        };
+        if !out_affected.is_null() {
+            *out_affected = affected;
+        }
+        if !out_last_insert_id.is_null() {
+            *out_last_insert_id = last_id;
+        }
+        Ok(())
+    })
+}
+
+/// Runs a query in the transaction and reads the first column of its first row as a 64-bit
+/// integer (`SELECT COUNT(*) ...`, `SELECT id ... FOR UPDATE`). Parameters as in
+/// `outbox_tx_execute`. On success `*out_found` is false (and `*out_value` 0) when there was
+/// no row or the value was NULL. A value that is not an integer is `OUTBOX_ERR_INVALID_ARGUMENT`.
+///
+/// Thread safety: not thread-safe for the same tx.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_tx_query_int64(
+    tx: *mut outbox_tx,
+    sql: *const c_char,
+    params: *const outbox_param,
+    nparams: usize,
+    out_value: *mut i64,
+    out_found: *mut bool,
+) -> outbox_result {
+    ffi_boundary!(nonnull(tx, sql, out_value, out_found) {
+        let sql = arg_str(sql, "sql")?;
+        let params = super::event::to_params(params, nparams)?;
+        let t = (*tx).live()?;
+        let row: Option<mysql::Row> = t.exec_first(sql, params)?;
+        let value = match row.and_then(|mut r| r.take::<mysql::Value, _>(0)) {
+            None | Some(mysql::Value::NULL) => None,
+            Some(v) => Some(mysql::from_value_opt::<i64>(v).map_err(|e| {
+                Failure::new(OUTBOX_ERR_INVALID_ARGUMENT, format!("the first column is not a 64-bit integer: {e}"))
+            })?),
+        };
+        *out_value = value.unwrap_or(0);
+        *out_found = value.is_some();
+        Ok(())
+    })
+}
+
+/// Inserts `event` into the outbox table inside the transaction (status WAIT). Nothing is sent
+/// now: the event becomes visible to relays when the transaction commits, and a rollback
+/// leaves nothing. On success `*out_event_id` receives the new row's id.
+/// `OUTBOX_ERR_INVALID_EVENT` names the wrong field; `OUTBOX_ERR_STOPPED` after `outbox_stop`.
+///
+/// Thread safety: not thread-safe for the same tx.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_enqueue_in_tx(
+    tx: *mut outbox_tx,
+    event: *const outbox_event,
+    out_event_id: *mut u64,
+) -> outbox_result {
+    ffi_boundary!(nonnull(tx, event, out_event_id) {
+        let ev = super::event::to_new_event(&*event)?;
+        let tx = &mut *tx;
+        tx.shared.check_running()?;
+        let shared = tx.shared.clone();
+        let id = shared.relay.enqueue_in_tx(tx.live()?, &ev)?;
+        *out_event_id = id;
+        Ok(())
+    })
+}
+
+/// Commits the transaction, then wakes the relay so its events are dispatched at once (the
+/// fast path). Afterwards the tx only accepts `outbox_tx_free` (other calls:
+/// `OUTBOX_ERR_TX_FINISHED`). If the commit fails the transaction is over too (rolled back by
+/// the server or lost with the connection): the events were not enqueued.
+///
+/// Thread safety: not thread-safe for the same tx.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_tx_commit(tx: *mut outbox_tx) -> outbox_result {
+    ffi_boundary!(nonnull(tx) {
+        let tx = &mut *tx;
+        tx.live()?;
+        let t = tx.tx.take().expect("live");
+        t.commit()?;
+        if !tx.shared.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            tx.shared.relay.notify();
+        }
+        Ok(())
+    })
+}
+
+/// Rolls the transaction back: neither the business writes nor the events remain.
+/// Afterwards the tx only accepts `outbox_tx_free`.
+///
+/// Thread safety: not thread-safe for the same tx.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_tx_rollback(tx: *mut outbox_tx) -> outbox_result {
+    ffi_boundary!(nonnull(tx) {
+        let tx = &mut *tx;
+        tx.live()?;
+        tx.tx.take().expect("live").rollback()?;
+        Ok(())
+    })
+}
+
+/// Frees a transaction, rolling it back first if it was neither committed nor rolled back, and
+/// returns its connection to the pool. NULL is a no-op; freeing twice is undefined behaviour.
+/// May be called after `outbox_stop` or `outbox_free` of its relay.
+///
+/// Thread safety: not thread-safe for the same tx.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_tx_free(tx: *mut outbox_tx) {
+    ffi_boundary!(void, nonnull(tx) {
+        let mut tx = Box::from_raw(tx);
+        if let Some(t) = tx.tx.take() {
+            // Dropping a transaction also rolls back, but ignores a failure silently.
+            if let Err(e) = t.rollback() {
+                log::warn!("outbox_tx_free: rollback of an unfinished transaction failed: {e}");
+            }
+        }
+    })
+}
