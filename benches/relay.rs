@@ -85,7 +85,13 @@ fn db_counters(pool: &Pool) -> BTreeMap<String, u64> {
 /// (statements, commits) between two snapshots, minus what the snapshots themselves cost.
 fn db_delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> (u64, u64) {
     let d = |k: &str| after.get(k).unwrap_or(&0).saturating_sub(*before.get(k).unwrap_or(&0));
-    let stmts = d("Com_select") + d("Com_update") + d("Com_insert") + d("Com_delete") + d("Com_begin") + d("Com_commit") + d("Com_rollback");
+    let stmts = d("Com_select")
+        + d("Com_update")
+        + d("Com_insert")
+        + d("Com_delete")
+        + d("Com_begin")
+        + d("Com_commit")
+        + d("Com_rollback");
     // One SHOW (counted as Com_select? no: Com_show_status) per snapshot; nothing to subtract.
     (stmts, d("Handler_commit"))
 }
@@ -140,7 +146,9 @@ impl Db {
 impl Drop for Db {
     fn drop(&mut self) {
         if let Ok(p) = Pool::new(Opts::from_url(SERVER).unwrap()) {
-            let _ = p.get_conn().map(|mut c| c.query_drop(format!("DROP DATABASE IF EXISTS {}", self.name)));
+            let _ = p
+                .get_conn()
+                .map(|mut c| c.query_drop(format!("DROP DATABASE IF EXISTS {}", self.name)));
         }
     }
 }
@@ -161,7 +169,11 @@ fn dummy(topic: &str, i: u64) -> OutboundEvent {
         id: i,
         biz_no: format!("ORD-{i}"),
         event_type: "ORDER_CREATED".into(),
-        payload: format!("{{\"order\":\"ORD-{i}\",\"amount_cents\":{i},\"note\":\"{}\"}}", "x".repeat(140)).into_bytes(),
+        payload: format!(
+            "{{\"order\":\"ORD-{i}\",\"amount_cents\":{i},\"note\":\"{}\"}}",
+            "x".repeat(140)
+        )
+        .into_bytes(),
         topic: topic.into(),
         tag: None,
         headers: BTreeMap::new(),
@@ -172,7 +184,10 @@ fn dummy(topic: &str, i: u64) -> OutboundEvent {
 /// Creates the topic (first send auto-creates it) so no scenario times route creation.
 fn warm_topic(p: &RocketMqPublisher, topic: &str) {
     for _ in 0..50 {
-        if matches!(p.publish(&[dummy(topic, 0)], Duration::from_secs(3))[0], SendOutcome::Sent { .. }) {
+        if matches!(
+            p.publish(&[dummy(topic, 0)], Duration::from_secs(3))[0],
+            SendOutcome::Sent { .. }
+        ) {
             return;
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -224,7 +239,10 @@ fn ceiling_broker(name: &str, senders: usize, batch: usize, total: u64) -> Row {
                 let n = (total - from).min(batch as u64);
                 let events: Vec<_> = (from..from + n).map(|i| dummy(&t, i + 1)).collect();
                 let out = p.publish(&events, Duration::from_secs(3));
-                ok.fetch_add(out.iter().filter(|o| matches!(o, SendOutcome::Sent { .. })).count() as u64, Relaxed);
+                ok.fetch_add(
+                    out.iter().filter(|o| matches!(o, SendOutcome::Sent { .. })).count() as u64,
+                    Relaxed,
+                );
             })
         })
         .collect();
@@ -258,7 +276,8 @@ fn ceiling_db(writers: usize, total: u64) -> Row {
                 let mut c = pool.get_conn().unwrap();
                 while next.fetch_add(1, Relaxed) < total {
                     let mut tx = c.start_transaction(mysql::TxOpts::default()).unwrap();
-                    outbox::enqueue_in_tx(&mut tx, &NewEvent::new("ORD-1", "ORDER_CREATED", dummy("T", 1).payload)).unwrap();
+                    outbox::enqueue_in_tx(&mut tx, &NewEvent::new("ORD-1", "ORDER_CREATED", dummy("T", 1).payload))
+                        .unwrap();
                     tx.commit().unwrap();
                 }
             })
@@ -320,7 +339,11 @@ fn drain(name: &str, tag: &str, n: u64, instances: usize, tune: impl Fn(&mut Con
         peak_rss_mb: peak_rss_mb(),
         conflicts: Some(stats.iter().map(|s| s.claim_conflicts).sum()),
         possible_dups: Some(stats.iter().map(|s| s.stale_acks + s.reclaimed).sum()),
-        note: if done < n { format!("only {done} of {n} within the deadline") } else { String::new() },
+        note: if done < n {
+            format!("only {done} of {n} within the deadline")
+        } else {
+            String::new()
+        },
     }
 }
 
@@ -390,7 +413,12 @@ fn latency(rate: u64, secs: u64, fast_path: bool) -> Row {
                         std::thread::sleep(d);
                     }
                     let mut tx = c.start_transaction(mysql::TxOpts::default()).unwrap();
-                    relays[0].enqueue_in_tx(&mut tx, &NewEvent::new(format!("ORD-{w}-{i}"), "ORDER_CREATED", dummy("T", i).payload)).unwrap();
+                    relays[0]
+                        .enqueue_in_tx(
+                            &mut tx,
+                            &NewEvent::new(format!("ORD-{w}-{i}"), "ORDER_CREATED", dummy("T", i).payload),
+                        )
+                        .unwrap();
                     if fast_path {
                         relays[0].commit(tx).unwrap();
                     } else {
@@ -414,7 +442,14 @@ fn latency(rate: u64, secs: u64, fast_path: bool) -> Row {
     let mut l = lat.lock().clone();
     l.sort_unstable();
     Row {
-        name: format!("latency @ {rate}/s, {}", if fast_path { "fast path (notify)" } else { "scan only (1 s)" }),
+        name: format!(
+            "latency @ {rate}/s, {}",
+            if fast_path {
+                "fast path (notify)"
+            } else {
+                "scan only (1 s)"
+            }
+        ),
         group: "latency",
         events: l.len() as u64,
         secs: offered_secs,
@@ -448,7 +483,12 @@ fn live(writers: usize, secs: u64) -> Row {
                 let mut i = 0u64;
                 while !stop.load(Relaxed) {
                     let mut tx = c.start_transaction(mysql::TxOpts::default()).unwrap();
-                    relays[0].enqueue_in_tx(&mut tx, &NewEvent::new(format!("ORD-{w}-{i}"), "ORDER_CREATED", dummy("T", i).payload)).unwrap();
+                    relays[0]
+                        .enqueue_in_tx(
+                            &mut tx,
+                            &NewEvent::new(format!("ORD-{w}-{i}"), "ORDER_CREATED", dummy("T", i).payload),
+                        )
+                        .unwrap();
                     relays[0].commit(tx).unwrap();
                     written.fetch_add(1, Relaxed);
                     i += 1;
@@ -508,7 +548,11 @@ fn scan_rows_examined(sizes: &[u64]) -> Vec<(u64, u64, String)> {
         let plan: Vec<mysql::Row> = c.query(format!("EXPLAIN {}", store.scan_sql(100, true))).unwrap();
         let ty: Option<String> = plan[0].get("type").unwrap();
         let key: Option<String> = plan[0].get("key").unwrap();
-        out.push((size, reads.iter().map(|(_, n)| n).sum(), format!("{} on {}", ty.unwrap_or_default(), key.unwrap_or_default())));
+        out.push((
+            size,
+            reads.iter().map(|(_, n)| n).sum(),
+            format!("{} on {}", ty.unwrap_or_default(), key.unwrap_or_default()),
+        ));
     }
     out
 }
@@ -532,7 +576,10 @@ fn big_backlog(n: u64) -> Row {
     let s = samples.lock();
     let (first, max) = (s.first().copied().unwrap_or(0.0), s.iter().cloned().fold(0.0, f64::max));
     row.group = "memory";
-    row.note = format!("RSS sampled every 0.5 s: start {first:.0} MB, max {max:.0} MB over {} samples", s.len());
+    row.note = format!(
+        "RSS sampled every 0.5 s: start {first:.0} MB, max {max:.0} MB over {} samples",
+        s.len()
+    );
     row
 }
 
@@ -541,7 +588,18 @@ fn big_backlog(n: u64) -> Row {
 fn print_table(rows: &[Row]) {
     println!(
         "\n{:<48} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>7} {:>6}  note",
-        "scenario", "events", "events/s", "p50 ms", "p99 ms", "max ms", "stmt/evt", "cmt/evt", "cpu s/10k", "RSS MB", "confl", "dups?"
+        "scenario",
+        "events",
+        "events/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "stmt/evt",
+        "cmt/evt",
+        "cpu s/10k",
+        "RSS MB",
+        "confl",
+        "dups?"
     );
     for r in rows {
         println!(
@@ -636,38 +694,69 @@ fn main() {
         rows.push(r);
     };
     eprintln!("ceilings");
-    run(ceiling_broker("raw broker, 1 sequential sync sender", 1, 1, if quick { 1000 } else { 3000 }));
+    run(ceiling_broker(
+        "raw broker, 1 sequential sync sender",
+        1,
+        1,
+        if quick { 1000 } else { 3000 },
+    ));
     run(ceiling_broker("raw broker, 4 sync senders", 4, 1, n / 2));
     run(ceiling_broker("raw broker, 4 senders, batch 64", 4, 64, n * 2));
     run(ceiling_db(4, n / 2));
     eprintln!("the seed's algorithm");
-    run(drain("seed algorithm flat out (per-row, batch 20, 1 sender)", "seed_flat", n / 10, 1, |c| {
-        c.claim_strategy = ClaimStrategy::PerRow;
-        c.batch_size = 20;
-        c.workers = 1;
-        c.publish_batch_max = 1;
-        c.max_in_flight = 20;
-        c.scan_drain = true;
-    }));
+    run(drain(
+        "seed algorithm flat out (per-row, batch 20, 1 sender)",
+        "seed_flat",
+        n / 10,
+        1,
+        |c| {
+            c.claim_strategy = ClaimStrategy::PerRow;
+            c.batch_size = 20;
+            c.workers = 1;
+            c.publish_batch_max = 1;
+            c.max_in_flight = 20;
+            c.scan_drain = true;
+        },
+    ));
     run(seed_defaults(if quick { 10 } else { 20 }));
     eprintln!("this project");
-    run(drain("defaults (skip-locked, batch 100, 4 workers)", "defaults", n, 1, |_| {}));
+    run(drain(
+        "defaults (skip-locked, batch 100, 4 workers)",
+        "defaults",
+        n,
+        1,
+        |_| {},
+    ));
     for batch in [20usize, 100, 500] {
         for workers in [1usize, 4, 8] {
             if quick && workers == 8 {
                 continue;
             }
-            run(drain(&format!("sweep: batch {batch}, {workers} workers"), &format!("sweep_{batch}_{workers}"), n, 1, |c| {
-                c.batch_size = batch;
-                c.workers = workers;
-                c.max_in_flight = (batch * 2).max(256);
-            }));
+            run(drain(
+                &format!("sweep: batch {batch}, {workers} workers"),
+                &format!("sweep_{batch}_{workers}"),
+                n,
+                1,
+                |c| {
+                    c.batch_size = batch;
+                    c.workers = workers;
+                    c.max_in_flight = (batch * 2).max(256);
+                },
+            ));
         }
     }
     for instances in [2usize, 3] {
-        run(drain(&format!("defaults, {instances} instances"), &format!("inst_{instances}"), n, instances, |_| {}));
+        run(drain(
+            &format!("defaults, {instances} instances"),
+            &format!("inst_{instances}"),
+            n,
+            instances,
+            |_| {},
+        ));
     }
-    run(drain("per-row strategy, 3 instances", "perrow_3", n / 4, 3, |c| c.claim_strategy = ClaimStrategy::PerRow));
+    run(drain("per-row strategy, 3 instances", "perrow_3", n / 4, 3, |c| {
+        c.claim_strategy = ClaimStrategy::PerRow
+    }));
     eprintln!("latency and live load");
     run(latency(1000, if quick { 5 } else { 10 }, true));
     run(latency(1000, if quick { 5 } else { 10 }, false));
@@ -676,7 +765,11 @@ fn main() {
         eprintln!("1 000 000-row backlog");
         run(big_backlog(1_000_000));
     }
-    let sizes: Vec<u64> = if big { vec![0, 1_000_000, 10_000_000] } else { vec![0, 100_000, 1_000_000] };
+    let sizes: Vec<u64> = if big {
+        vec![0, 1_000_000, 10_000_000]
+    } else {
+        vec![0, 100_000, 1_000_000]
+    };
     let scan = scan_rows_examined(&sizes);
 
     print_table(&rows);
@@ -690,14 +783,26 @@ fn main() {
         by("raw broker, 4 senders, batch 64"),
         by("seed algorithm flat out"),
     ) {
-        let best = rows.iter().filter(|r| r.group == "drain").map(|r| r.eps).fold(0.0, f64::max);
+        let best = rows
+            .iter()
+            .filter(|r| r.group == "drain")
+            .map(|r| r.eps)
+            .fold(0.0, f64::max);
         println!("\nheadline:");
-        println!("  relay defaults / raw batch ceiling = {:.0}%  (best drain: {:.0}%)", relay / batch_ceiling * 100.0, best / batch_ceiling * 100.0);
+        println!(
+            "  relay defaults / raw batch ceiling = {:.0}%  (best drain: {:.0}%)",
+            relay / batch_ceiling * 100.0,
+            best / batch_ceiling * 100.0
+        );
         println!("  relay defaults / seed algorithm flat out = {:.0}x", relay / seed);
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&dir).unwrap();
     write_csv(&rows, &dir.join("results.csv"));
     write_svg(&rows, &dir.join("throughput.svg"));
-    println!("\nwrote {} and {}", dir.join("results.csv").display(), dir.join("throughput.svg").display());
+    println!(
+        "\nwrote {} and {}",
+        dir.join("results.csv").display(),
+        dir.join("throughput.svg").display()
+    );
 }

@@ -35,7 +35,10 @@ fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        let num = |name: &str, v: String| v.parse::<usize>().map_err(|_| format!("{name} {v:?} is not a whole number"));
+        let num = |name: &str, v: String| {
+            v.parse::<usize>()
+                .map_err(|_| format!("{name} {v:?} is not a whole number"))
+        };
         match flag.as_str() {
             "--events" => a.events = num("--events", value("--events")?)?,
             "--instances" => a.instances = num("--instances", value("--instances")?)?,
@@ -43,7 +46,9 @@ fn parse_args() -> Result<Args, String> {
             "--mysql" => a.server = value("--mysql")?,
             "--namesrv" => a.namesrv = value("--namesrv")?,
             "-h" | "--help" => {
-                println!("demo [--events N] [--instances K] [--writers W] [--mysql URL-without-db] [--namesrv host:port]");
+                println!(
+                    "demo [--events N] [--instances K] [--writers W] [--mysql URL-without-db] [--namesrv host:port]"
+                );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?}")),
@@ -135,9 +140,13 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 let order = format!("ORD-{w}-{attempt}");
                 let payload = format!("{{\"order\":\"{order}\",\"amount_cents\":{}}}", 1000 + attempt).into_bytes();
                 let mut tx = conn.start_transaction(TxOpts::default()).map_err(|e| e.to_string())?;
-                tx.exec_drop("INSERT INTO demo_orders (order_no, amount_cents) VALUES (?, ?)", (&order, 1000 + attempt))
-                    .map_err(|e| e.to_string())?;
-                let event = NewEvent::new(order.clone(), "ORDER_CREATED", payload.clone()).with_header("writer", w.to_string());
+                tx.exec_drop(
+                    "INSERT INTO demo_orders (order_no, amount_cents) VALUES (?, ?)",
+                    (&order, 1000 + attempt),
+                )
+                .map_err(|e| e.to_string())?;
+                let event =
+                    NewEvent::new(order.clone(), "ORDER_CREATED", payload.clone()).with_header("writer", w.to_string());
                 let id = relay.enqueue_in_tx(&mut tx, &event).map_err(|e| e.to_string())?;
                 if attempt % 10 == 0 {
                     // An order that fails validation after its event was written: nothing may leak.
@@ -159,7 +168,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let deadline = Instant::now() + Duration::from_secs(600);
     let total = args.events as u64;
     loop {
-        let sent: u64 = check.query_first("SELECT COUNT(*) FROM t_event_record WHERE status = 'SUCCESS'")?.unwrap_or(0);
+        let sent: u64 = check
+            .query_first("SELECT COUNT(*) FROM t_event_record WHERE status = 'SUCCESS'")?
+            .unwrap_or(0);
         let c = committed.load(Relaxed);
         if last.elapsed() >= Duration::from_secs(1) || sent == total {
             println!(
@@ -199,7 +210,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         match m.event_id() {
             Some(id) if ids.contains_key(&id) => {
                 let (order, payload) = &ids[&id];
-                if &m.body != payload || m.properties.get("bizNo") != Some(order) || m.keys.as_deref() != Some(&id.to_string()) {
+                if &m.body != payload
+                    || m.properties.get("bizNo") != Some(order)
+                    || m.keys.as_deref() != Some(&id.to_string())
+                {
                     mismatched += 1;
                 }
                 delivered.insert(id);
@@ -207,7 +221,11 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             _ => unexpected += 1,
         }
     }
-    let leaked = back.messages.iter().filter(|m| m.event_id().is_some_and(|id| rb.contains(&id))).count();
+    let leaked = back
+        .messages
+        .iter()
+        .filter(|m| m.event_id().is_some_and(|id| rb.contains(&id)))
+        .count();
     let lost = expected - delivered.len();
     let duplicates = back.duplicates();
     let mut lat = latencies.lock().clone();
@@ -216,11 +234,17 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!();
     println!("summary");
     println!("  committed          {expected} ({} rolled back on purpose)", rb.len());
-    println!("  delivered          {} distinct events read back from the broker", delivered.len());
+    println!(
+        "  delivered          {} distinct events read back from the broker",
+        delivered.len()
+    );
     println!("  duplicates         {duplicates}");
     println!("  lost               {lost}");
     println!("  rolled back, leaked {leaked}; unexpected {unexpected}; content mismatches {mismatched}");
-    println!("  throughput         {throughput:.0} events/s (first commit to last ack, {} instances)", args.instances);
+    println!(
+        "  throughput         {throughput:.0} events/s (first commit to last ack, {} instances)",
+        args.instances
+    );
     println!(
         "  commit->ack        p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
         percentile(&lat, 0.50),
@@ -228,7 +252,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         percentile(&lat, 1.0)
     );
     for s in &stats {
-        println!("  instance {:<24} claimed {:>6} sent {:>6} reclaimed {} stale acks {}", s.instance_id, s.claimed, s.sent, s.reclaimed, s.stale_acks);
+        println!(
+            "  instance {:<24} claimed {:>6} sent {:>6} reclaimed {} stale acks {}",
+            s.instance_id, s.claimed, s.sent, s.reclaimed, s.stale_acks
+        );
     }
     println!(
         "committed={expected} delivered={} duplicates={duplicates} lost={lost} leaked={leaked} unexpected={unexpected} mismatched={mismatched} throughput_eps={throughput:.0} p50_ms={:.1} p99_ms={:.1}",

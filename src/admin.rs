@@ -35,7 +35,9 @@ impl TimeBound {
         if ok {
             Ok(TimeBound::At(t))
         } else {
-            Err(format!("{s:?} is neither a duration (30s, 15m, 24h, 7d) nor a time (2026-12-01 08:00:00)"))
+            Err(format!(
+                "{s:?} is neither a duration (30s, 15m, 24h, 7d) nor a time (2026-12-01 08:00:00)"
+            ))
         }
     }
 
@@ -199,11 +201,17 @@ pub fn status(pool: &Pool, table: &str) -> Result<StatusReport> {
 }
 
 /// Dead letters matching `filter`, newest first, at most `limit`.
-pub fn list_dead_letters(pool: &Pool, table: &str, filter: &DeadLetterFilter, limit: usize) -> Result<Vec<DeadLetterRow>> {
+pub fn list_dead_letters(
+    pool: &Pool,
+    table: &str,
+    filter: &DeadLetterFilter,
+    limit: usize,
+) -> Result<Vec<DeadLetterRow>> {
     let t = checked(table)?;
     let mut params = Vec::new();
     let w = filter.where_sql(&mut params);
-    let rows: Vec<(u64, String, String, u32, Option<String>, Option<String>, String)> = pool.get_conn()?.exec(
+    type Raw = (u64, String, String, u32, Option<String>, Option<String>, String);
+    let rows: Vec<Raw> = pool.get_conn()?.exec(
         format!(
             "SELECT id, biz_no, event_type, retry_count, last_error, claim_owner, CAST(update_time AS CHAR) \
              FROM {t} WHERE {w} ORDER BY update_time DESC, id DESC LIMIT {limit}"
@@ -212,15 +220,17 @@ pub fn list_dead_letters(pool: &Pool, table: &str, filter: &DeadLetterFilter, li
     )?;
     Ok(rows
         .into_iter()
-        .map(|(id, biz_no, event_type, retry_count, last_error, claim_owner, failed_at)| DeadLetterRow {
-            id,
-            biz_no,
-            event_type,
-            retry_count,
-            last_error,
-            claim_owner,
-            failed_at,
-        })
+        .map(
+            |(id, biz_no, event_type, retry_count, last_error, claim_owner, failed_at)| DeadLetterRow {
+                id,
+                biz_no,
+                event_type,
+                retry_count,
+                last_error,
+                claim_owner,
+                failed_at,
+            },
+        )
         .collect())
 }
 
@@ -286,7 +296,9 @@ pub fn act_on_dead_letters(
             "status = 'WAIT', retry_count = 0, next_retry_time = NOW(3), claim_owner = NULL, claim_token = NULL, \
              claimed_at = NULL, last_error = CONCAT('replayed by ', ?, '; was: ', COALESCE(last_error, ''))"
         }
-        DeadLetterAction::Discard => "status = 'DISCARDED', last_error = CONCAT('discarded by ', ?, '; was: ', COALESCE(last_error, ''))",
+        DeadLetterAction::Discard => {
+            "status = 'DISCARDED', last_error = CONCAT('discarded by ', ?, '; was: ', COALESCE(last_error, ''))"
+        }
     };
     let started = Instant::now();
     let mut done = 0u64;
@@ -295,10 +307,15 @@ pub fn act_on_dead_letters(
         let list = list.join(",");
         let mut tx = c.start_transaction(mysql::TxOpts::default())?;
         // Only rows still FAIL change: a row replayed meanwhile by someone else is left alone.
-        let changed: Vec<u64> = tx.query(format!("SELECT id FROM {t} WHERE id IN ({list}) AND status = 'FAIL' FOR UPDATE"))?;
+        let changed: Vec<u64> = tx.query(format!(
+            "SELECT id FROM {t} WHERE id IN ({list}) AND status = 'FAIL' FOR UPDATE"
+        ))?;
         if !changed.is_empty() {
             let list: Vec<String> = changed.iter().map(|i| i.to_string()).collect();
-            tx.exec_drop(format!("UPDATE {t} SET {set} WHERE id IN ({})", list.join(",")), (&opts.actor,))?;
+            tx.exec_drop(
+                format!("UPDATE {t} SET {set} WHERE id IN ({})", list.join(",")),
+                (&opts.actor,),
+            )?;
             tx.exec_batch(
                 "INSERT INTO outbox_audit (table_name, event_id, action, actor) VALUES (?, ?, ?, ?)",
                 changed.iter().map(|id| (&t, id, action.name(), &opts.actor)),
@@ -324,7 +341,14 @@ pub fn act_on_dead_letters(
 /// `next_retry_time` is never later than its sending), so it stays a range scan however large the
 /// table. `progress(deleted)` is called after each batch. Returns the rows deleted; a round that
 /// hits `max_time` stops early and the next round goes on.
-pub fn purge(pool: &Pool, table: &str, age: Duration, batch: usize, max_time: Duration, mut progress: impl FnMut(u64)) -> Result<u64> {
+pub fn purge(
+    pool: &Pool,
+    table: &str,
+    age: Duration,
+    batch: usize,
+    max_time: Duration,
+    mut progress: impl FnMut(u64),
+) -> Result<u64> {
     let t = checked(table)?;
     let mut c = pool.get_conn()?;
     let started = Instant::now();
@@ -359,7 +383,10 @@ mod tests {
         assert_eq!(parse_duration("24h"), Some(Duration::from_secs(86_400)));
         assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("7x"), None);
-        assert_eq!(TimeBound::parse("2026-12-01T08:00:00"), Ok(TimeBound::At("2026-12-01 08:00:00".into())));
+        assert_eq!(
+            TimeBound::parse("2026-12-01T08:00:00"),
+            Ok(TimeBound::At("2026-12-01 08:00:00".into()))
+        );
         assert!(TimeBound::parse("yesterday'; DROP").is_err());
     }
 }

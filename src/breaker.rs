@@ -101,7 +101,9 @@ impl Breaker {
             State::Closed { consecutive } => {
                 let n = consecutive + 1;
                 if n >= self.threshold {
-                    self.state = State::Open { until: now + self.open_for };
+                    self.state = State::Open {
+                        until: now + self.open_for,
+                    };
                     Some(Transition::Opened { failures: n })
                 } else {
                     self.state = State::Closed { consecutive: n };
@@ -109,7 +111,9 @@ impl Breaker {
                 }
             }
             State::HalfOpen { .. } => {
-                self.state = State::Open { until: now + self.open_for };
+                self.state = State::Open {
+                    until: now + self.open_for,
+                };
                 Some(Transition::Reopened)
             }
             State::Open { .. } => None,

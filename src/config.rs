@@ -329,9 +329,22 @@ impl Config {
                 }
             }
             "service.name" => self.service_name = printable(key, v, 64)?,
-            "service.port" => self.service_port = if v.is_empty() { None } else { Some(int(key, v, 1, 65535)?) },
+            "service.port" => {
+                self.service_port = if v.is_empty() {
+                    None
+                } else {
+                    Some(int(key, v, 1, 65535)?)
+                }
+            }
             "claim.strategy" => {
-                self.claim_strategy = choice(key, v, &[("skip-locked", ClaimStrategy::SkipLocked), ("per-row", ClaimStrategy::PerRow)])?
+                self.claim_strategy = choice(
+                    key,
+                    v,
+                    &[
+                        ("skip-locked", ClaimStrategy::SkipLocked),
+                        ("per-row", ClaimStrategy::PerRow),
+                    ],
+                )?
             }
             "batch.size" => self.batch_size = int(key, v, 1, 10_000)?,
             "scan.interval.ms" => self.scan_interval = millis(key, v, 1, 3_600_000)?,
@@ -344,7 +357,11 @@ impl Config {
                 self.backoff.policy = choice(
                     key,
                     v,
-                    &[("fixed", BackoffPolicy::Fixed), ("quadratic", BackoffPolicy::Quadratic), ("exponential", BackoffPolicy::Exponential)],
+                    &[
+                        ("fixed", BackoffPolicy::Fixed),
+                        ("quadratic", BackoffPolicy::Quadratic),
+                        ("exponential", BackoffPolicy::Exponential),
+                    ],
                 )?
             }
             "backoff.base.ms" => self.backoff.base = millis(key, v, 0, 86_400_000)?,
@@ -358,18 +375,34 @@ impl Config {
             "topic" => self.topic = topic(key, v)?,
             "breaker.failure.threshold" => self.breaker_failure_threshold = int(key, v, 1, 1_000_000)?,
             "breaker.open.ms" => self.breaker_open = millis(key, v, 10, 3_600_000)?,
-            "ordering" => self.ordering = choice(key, v, &[("none", Ordering::None), ("per-biz-no", Ordering::PerBizNo)])?,
-            "ordering.dead.head" => {
-                self.ordering_dead_head = choice(key, v, &[("skip", DeadHeadPolicy::Skip), ("block", DeadHeadPolicy::Block)])?
+            "ordering" => {
+                self.ordering = choice(key, v, &[("none", Ordering::None), ("per-biz-no", Ordering::PerBizNo)])?
             }
-            "publisher" => self.publisher = choice(key, v, &[("rocketmq", PublisherKind::RocketMq), ("none", PublisherKind::None)])?,
+            "ordering.dead.head" => {
+                self.ordering_dead_head = choice(
+                    key,
+                    v,
+                    &[("skip", DeadHeadPolicy::Skip), ("block", DeadHeadPolicy::Block)],
+                )?
+            }
+            "publisher" => {
+                self.publisher = choice(
+                    key,
+                    v,
+                    &[("rocketmq", PublisherKind::RocketMq), ("none", PublisherKind::None)],
+                )?
+            }
             "rocketmq.namesrv" => self.rocketmq.namesrv = namesrv(key, v)?,
             "rocketmq.producer.group" => self.rocketmq.producer_group = printable(key, v, 255)?,
             "rocketmq.retries" => self.rocketmq.retries = int(key, v, 0, 16)?,
             "rocketmq.access.key" => self.rocketmq.access_key = optional(v),
             "rocketmq.secret.key" => self.rocketmq.secret_key = optional(v),
             "rocketmq.tag.source" => {
-                self.rocketmq.tag_source = choice(key, v, &[("event-type", TagSource::EventType), ("none", TagSource::None)])?
+                self.rocketmq.tag_source = choice(
+                    key,
+                    v,
+                    &[("event-type", TagSource::EventType), ("none", TagSource::None)],
+                )?
             }
             "retention.age.ms" => {
                 let ms: u64 = int(key, v, 0, 10 * 365 * 86_400_000)?;
@@ -562,10 +595,14 @@ fn boolean(key: &str, v: &str) -> Result<bool, ConfigError> {
 }
 
 fn choice<T: Copy>(key: &str, v: &str, options: &[(&str, T)]) -> Result<T, ConfigError> {
-    options.iter().find(|(name, _)| *name == v).map(|(_, t)| *t).ok_or_else(|| {
-        let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
-        ConfigError::invalid(key, v, format!("expected one of {}", names.join(", ")))
-    })
+    options
+        .iter()
+        .find(|(name, _)| *name == v)
+        .map(|(_, t)| *t)
+        .ok_or_else(|| {
+            let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+            ConfigError::invalid(key, v, format!("expected one of {}", names.join(", ")))
+        })
 }
 
 fn optional(v: &str) -> Option<String> {
@@ -580,7 +617,11 @@ fn printable(key: &str, v: &str, max: usize) -> Result<String, ConfigError> {
         return Err(ConfigError::invalid(key, v, format!("is longer than {max} characters")));
     }
     if v.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(ConfigError::invalid(key, v, "must not contain spaces or control characters"));
+        return Err(ConfigError::invalid(
+            key,
+            v,
+            "must not contain spaces or control characters",
+        ));
     }
     Ok(v.to_string())
 }
@@ -604,9 +645,14 @@ pub(crate) fn table_name(key: &str, v: &str) -> Result<String, ConfigError> {
 fn topic(key: &str, v: &str) -> Result<String, ConfigError> {
     let ok = !v.is_empty()
         && v.len() <= crate::event::MAX_TOPIC_CHARS
-        && v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'%' | b'|'));
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'%' | b'|'));
     if !ok {
-        return Err(ConfigError::invalid(key, v, "must be 1 to 127 characters of [A-Za-z0-9_%|-]"));
+        return Err(ConfigError::invalid(
+            key,
+            v,
+            "must be 1 to 127 characters of [A-Za-z0-9_%|-]",
+        ));
     }
     Ok(v.to_string())
 }
@@ -638,7 +684,8 @@ mod tests {
         for k in KEYS {
             let v = c.get(k.key).unwrap_or_else(|| panic!("get({}) is None", k.key));
             let mut d = c.clone();
-            d.set(k.key, &v).unwrap_or_else(|e| panic!("set({}, {v:?}): {e}", k.key));
+            d.set(k.key, &v)
+                .unwrap_or_else(|e| panic!("set({}, {v:?}): {e}", k.key));
             assert_eq!(d, c, "key {}", k.key);
         }
     }
@@ -646,7 +693,12 @@ mod tests {
     #[test]
     fn unknown_key_and_invalid_value_are_distinct_and_named() {
         let mut c = Config::default();
-        assert_eq!(c.set("scan.intervall.ms", "1"), Err(ConfigError::UnknownKey { key: "scan.intervall.ms".into() }));
+        assert_eq!(
+            c.set("scan.intervall.ms", "1"),
+            Err(ConfigError::UnknownKey {
+                key: "scan.intervall.ms".into()
+            })
+        );
         let e = c.set("scan.interval.ms", "soon").unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("scan.interval.ms") && msg.contains("soon"), "{msg}");

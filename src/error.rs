@@ -53,11 +53,7 @@ pub enum ConfigError {
     /// The key is not a configuration key.
     UnknownKey { key: String },
     /// The key exists but the value is not acceptable.
-    InvalidValue {
-        key: String,
-        value: String,
-        reason: String,
-    },
+    InvalidValue { key: String, value: String, reason: String },
     /// Each value is fine alone, but they do not work together.
     Inconsistent { keys: Vec<String>, reason: String },
 }

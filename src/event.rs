@@ -66,13 +66,22 @@ impl NewEvent {
         if self.payload.len() > payload_max_bytes {
             return Err(invalid(
                 "payload",
-                format!("is {} bytes, more than payload.max.bytes = {payload_max_bytes}", self.payload.len()),
+                format!(
+                    "is {} bytes, more than payload.max.bytes = {payload_max_bytes}",
+                    self.payload.len()
+                ),
             ));
         }
         if let Some(topic) = &self.topic {
             text_field("topic", topic, MAX_TOPIC_CHARS)?;
-            if !topic.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '%' || c == '|') {
-                return Err(invalid("topic", format!("{topic:?} has characters other than [A-Za-z0-9_%|-]")));
+            if !topic
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '%' || c == '|')
+            {
+                return Err(invalid(
+                    "topic",
+                    format!("{topic:?} has characters other than [A-Za-z0-9_%|-]"),
+                ));
             }
         }
         if let Some(tag) = &self.tag {
@@ -80,7 +89,10 @@ impl NewEvent {
         }
         for (k, v) in &self.headers {
             if k.is_empty() || k.contains(['\0', '\u{1}', '\u{2}']) {
-                return Err(invalid("headers", format!("key {k:?} is empty or has control characters")));
+                return Err(invalid(
+                    "headers",
+                    format!("key {k:?} is empty or has control characters"),
+                ));
             }
             if RESERVED_HEADERS.contains(&k.as_str()) {
                 return Err(invalid("headers", format!("key {k:?} is reserved (set by the relay)")));

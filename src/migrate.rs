@@ -148,8 +148,9 @@ fn statements(sql: &str) -> Vec<String> {
 
 /// FNV-1a of the file text: detects a migration edited after it was applied.
 fn checksum(s: &str) -> u64 {
-    s.bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]

@@ -211,11 +211,18 @@ impl Relay {
             let mut conn = pool.get_conn()?;
             conn.query_drop(format!("SELECT id FROM {} LIMIT 0", config.table))?;
         }
-        let owner = config.instance_id.clone().unwrap_or_else(|| default_instance_id(&config));
+        let owner = config
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| default_instance_id(&config));
         let store = Store::new(pool, &config, owner);
         let (wake_tx, wake_rx) = bounded(1);
         let Some(publisher) = publisher else {
-            log::info!("outbox {} opened enqueue-only on table {} (no publisher)", store.owner(), config.table);
+            log::info!(
+                "outbox {} opened enqueue-only on table {} (no publisher)",
+                store.owner(),
+                config.table
+            );
             return Ok(Relay {
                 inner: Arc::new(Inner {
                     breaker: Mutex::new(Breaker::new(config.breaker_failure_threshold, config.breaker_open)),
@@ -568,10 +575,17 @@ fn scanner_loop(inner: &Inner, chunk_tx: Sender<Chunk>, wake: Receiver<()>, shut
 fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
     let cfg = &inner.config;
     let n = round.claimed.len();
-    let per_chunk = n.div_ceil(cfg.workers).clamp(1, cfg.publish_batch_max.min(cfg.max_in_flight));
-    let mut by_topic: Vec<(u64, String, Vec<(OutboundEvent, Duration)>)> = Vec::new();
+    let per_chunk = n
+        .div_ceil(cfg.workers)
+        .clamp(1, cfg.publish_batch_max.min(cfg.max_in_flight));
+    // (claim token, topic, events with their age at the claim)
+    type Group = (u64, String, Vec<(OutboundEvent, Duration)>);
+    let mut by_topic: Vec<Group> = Vec::new();
     for Claimed { event, token, age } in round.claimed {
-        match by_topic.iter_mut().find(|(t, topic, _)| *t == token && *topic == event.topic) {
+        match by_topic
+            .iter_mut()
+            .find(|(t, topic, _)| *t == token && *topic == event.topic)
+        {
             Some((_, _, v)) => v.push((event, age)),
             None => by_topic.push((token, event.topic.clone(), vec![(event, age)])),
         }
@@ -603,7 +617,10 @@ fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_st
             // are in flight. Fails only if every worker has died; then release the rows.
             if let Err(e) = chunk_tx.try_send(chunk) {
                 let chunk = e.into_inner();
-                log::error!("no worker to take {} claimed events; releasing them", chunk.events.len());
+                log::error!(
+                    "no worker to take {} claimed events; releasing them",
+                    chunk.events.len()
+                );
                 release_chunk_unsent(inner, &chunk, "no worker available");
                 finish(inner, &chunk);
             }
@@ -621,7 +638,10 @@ fn worker_loop(inner: &Inner, chunks: Receiver<Chunk>) {
             }
         }));
         if outcome.is_err() {
-            log::error!("worker panicked while handling events {:?}; they stay claimed until their lease expires", ids_of(&chunk.events));
+            log::error!(
+                "worker panicked while handling events {:?}; they stay claimed until their lease expires",
+                ids_of(&chunk.events)
+            );
         }
         finish(inner, &chunk);
     }
@@ -659,7 +679,11 @@ fn process(inner: &Inner, chunk: &Chunk) {
     let outcomes = match catch_unwind(AssertUnwindSafe(|| inner.publisher.publish(&chunk.events, timeout))) {
         Ok(v) if v.len() == chunk.events.len() => v,
         Ok(v) => {
-            let msg = format!("publisher returned {} outcomes for {} events", v.len(), chunk.events.len());
+            let msg = format!(
+                "publisher returned {} outcomes for {} events",
+                v.len(),
+                chunk.events.len()
+            );
             log::error!("{msg}");
             vec![SendOutcome::Failed(SendError::rejected(msg)); chunk.events.len()]
         }
@@ -724,7 +748,12 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>) {
     if let Some(t) = transition {
         log_breaker(inner, t, unavailable.first().map(|(_, e)| e.message.as_str()));
     }
-    let lease_end = inner.leases.lock().get(&chunk.seq).map(|l| l.expires).unwrap_or_else(Instant::now);
+    let lease_end = inner
+        .leases
+        .lock()
+        .get(&chunk.seq)
+        .map(|l| l.expires)
+        .unwrap_or_else(Instant::now);
     let token = chunk.token;
     if !acks.is_empty() {
         let want = acks.len() as u64;
@@ -748,18 +777,26 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>) {
     if !unavailable.is_empty() {
         let ids: Vec<EventId> = unavailable.iter().map(|(id, _)| *id).collect();
         let reason = format!("broker unavailable: {}", unavailable[0].1.message);
-        if let Some(n) = with_db_retry(inner, lease_end, "release", || inner.store.release_unsent(token, &ids, &reason)) {
+        if let Some(n) = with_db_retry(inner, lease_end, "release", || {
+            inner.store.release_unsent(token, &ids, &reason)
+        }) {
             Counters::add(&inner.counters.released_unsent, n);
         }
     }
     for (event, e) in &retry {
-        log::debug!("event {} attempt {} failed, will retry: {e}", event.id, event.attempt + 1);
+        log::debug!(
+            "event {} attempt {} failed, will retry: {e}",
+            event.id,
+            event.attempt + 1
+        );
     }
     // Rows sharing an outcome share one statement; the error text of the first stands for all.
     if !retry.is_empty() {
         let ids: Vec<EventId> = retry.iter().map(|(e, _)| e.id).collect();
         let reason = retry[0].1.to_string();
-        if let Some(n) = with_db_retry(inner, lease_end, "release", || inner.store.release_for_retry(token, &ids, &reason)) {
+        if let Some(n) = with_db_retry(inner, lease_end, "release", || {
+            inner.store.release_for_retry(token, &ids, &reason)
+        }) {
             Counters::add(&inner.counters.retried, n);
         }
     }
@@ -781,7 +818,11 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>) {
                     .collect();
                 dead_lettered(inner, &letters);
             } else {
-                log::warn!("{} of {} dead letters had lost their lease; another claim owns them", ids.len() as u64 - n, ids.len());
+                log::warn!(
+                    "{} of {} dead letters had lost their lease; another claim owns them",
+                    ids.len() as u64 - n,
+                    ids.len()
+                );
                 Counters::add(&inner.counters.dead_lettered, n);
             }
         }
@@ -827,8 +868,15 @@ fn dead_lettered(inner: &Inner, letters: &[DeadLetter]) {
 
 fn release_chunk_unsent(inner: &Inner, chunk: &Chunk, reason: &str) {
     let ids = ids_of(&chunk.events);
-    let lease_end = inner.leases.lock().get(&chunk.seq).map(|l| l.expires).unwrap_or_else(Instant::now);
-    if let Some(n) = with_db_retry(inner, lease_end, "release", || inner.store.release_unsent(chunk.token, &ids, reason)) {
+    let lease_end = inner
+        .leases
+        .lock()
+        .get(&chunk.seq)
+        .map(|l| l.expires)
+        .unwrap_or_else(Instant::now);
+    if let Some(n) = with_db_retry(inner, lease_end, "release", || {
+        inner.store.release_unsent(chunk.token, &ids, reason)
+    }) {
         Counters::add(&inner.counters.released_unsent, n);
     }
     if chunk.probe {
@@ -862,7 +910,14 @@ fn retention_loop(inner: &Inner, age: Duration, shutdown: Receiver<()>) {
     let never = crossbeam_channel::never::<()>();
     while !inner.stopping.load(SeqCst) {
         let round = catch_unwind(AssertUnwindSafe(|| {
-            crate::admin::purge(inner.store.pool(), &cfg.table, age, cfg.retention_batch, cfg.retention_round_max, |_| {})
+            crate::admin::purge(
+                inner.store.pool(),
+                &cfg.table,
+                age,
+                cfg.retention_batch,
+                cfg.retention_round_max,
+                |_| {},
+            )
         }));
         match round {
             Ok(Ok(0)) => {}
@@ -881,7 +936,8 @@ fn reclaimer_loop(inner: &Inner, shutdown: Receiver<()>) {
     let cfg = &inner.config;
     let renew_after = cfg.lease.mul_f64(cfg.lease_renew_fraction);
     let tick = if cfg.lease_renew_fraction > 0.0 {
-        cfg.reclaim_interval.min((renew_after / 4).max(Duration::from_millis(10)))
+        cfg.reclaim_interval
+            .min((renew_after / 4).max(Duration::from_millis(10)))
     } else {
         cfg.reclaim_interval
     };
@@ -900,7 +956,11 @@ fn reclaimer_loop(inner: &Inner, shutdown: Receiver<()>) {
             }
             next_reclaim = Instant::now() + cfg.reclaim_interval;
         }
-        wait(&never, &shutdown, tick.min(next_reclaim.saturating_duration_since(Instant::now())));
+        wait(
+            &never,
+            &shutdown,
+            tick.min(next_reclaim.saturating_duration_since(Instant::now())),
+        );
     }
 }
 
@@ -926,7 +986,11 @@ fn renew_due(inner: &Inner, renew_after: Duration) {
                     }
                 }
                 if n < ids.len() as u64 {
-                    log::warn!("lease renewal: {} of {} events were no longer ours", ids.len() as u64 - n, ids.len());
+                    log::warn!(
+                        "lease renewal: {} of {} events were no longer ours",
+                        ids.len() as u64 - n,
+                        ids.len()
+                    );
                 }
             }
             Err(e) => {

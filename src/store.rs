@@ -134,7 +134,7 @@ impl Store {
     }
 
     fn event_from_row(&self, row: Row) -> (OutboundEvent, Duration) {
-        let (id, biz_no, event_type, payload, topic, tag, headers, retry_count, age_us): (
+        type Raw = (
             u64,
             String,
             String,
@@ -144,13 +144,16 @@ impl Store {
             Option<String>,
             u32,
             u64,
-        ) = mysql::from_row(row);
+        );
+        let (id, biz_no, event_type, payload, topic, tag, headers, retry_count, age_us): Raw = mysql::from_row(row);
         let event = OutboundEvent {
             id,
             biz_no,
             event_type,
             payload,
-            topic: topic.filter(|t| !t.is_empty()).unwrap_or_else(|| self.default_topic.clone()),
+            topic: topic
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| self.default_topic.clone()),
             tag: tag.filter(|t| !t.is_empty()),
             headers: parse_headers(id, headers.as_deref()),
             attempt: retry_count,
@@ -206,7 +209,10 @@ impl Store {
         ))?;
         tx.commit()?;
         Ok(ClaimRound {
-            claimed: events.into_iter().map(|(event, age)| Claimed { event, token, age }).collect(),
+            claimed: events
+                .into_iter()
+                .map(|(event, age)| Claimed { event, token, age })
+                .collect(),
             conflicts: 0,
         })
     }
@@ -296,7 +302,10 @@ impl Store {
         self.transition(
             token,
             ids.iter().copied(),
-            &format!("status = 'FAIL', last_error = {}, retry_count = retry_count + 1", lit(&truncate(error))),
+            &format!(
+                "status = 'FAIL', last_error = {}, retry_count = retry_count + 1",
+                lit(&truncate(error))
+            ),
         )
     }
 
@@ -328,7 +337,10 @@ impl Store {
         let rows: Vec<(u64, String, String, u32, Option<String>)> = tx.query(self.reclaim_sql(lease, limit))?;
         if rows.is_empty() {
             tx.commit()?;
-            return Ok(Reclaimed { returned: 0, dead: Vec::new() });
+            return Ok(Reclaimed {
+                returned: 0,
+                dead: Vec::new(),
+            });
         }
         let (dead, back): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| r.3 >= self.max_retry);
         if !back.is_empty() {
@@ -372,7 +384,8 @@ impl Store {
     pub fn gauges(&self) -> Result<Gauges> {
         let mut conn = self.conn()?;
         let count = |conn: &mut PooledConn, st: &str| -> Result<u64> {
-            let n: Option<u64> = conn.query_first(format!("SELECT COUNT(*) FROM {} WHERE status = '{st}'", self.table))?;
+            let n: Option<u64> =
+                conn.query_first(format!("SELECT COUNT(*) FROM {} WHERE status = '{st}'", self.table))?;
             Ok(n.unwrap_or(0))
         };
         let wait = count(&mut conn, status::WAIT)?;

@@ -64,7 +64,9 @@ fn dead_letters_are_listed_replayed_and_discarded_with_an_audit_trail() {
     };
     let listed = admin::list_dead_letters(&db.pool, T, &by_type, 100).unwrap();
     assert_eq!(listed.len(), 3);
-    assert!(listed.iter().all(|d| d.last_error.as_deref() == Some("broker rejected")));
+    assert!(listed
+        .iter()
+        .all(|d| d.last_error.as_deref() == Some("broker rejected")));
     let since = DeadLetterFilter {
         since: Some(TimeBound::parse("1h").unwrap()),
         ..Default::default()
@@ -72,20 +74,26 @@ fn dead_letters_are_listed_replayed_and_discarded_with_an_audit_trail() {
     assert_eq!(admin::list_dead_letters(&db.pool, T, &since, 100).unwrap().len(), 5);
 
     // Dry run changes nothing.
-    let n = admin::act_on_dead_letters(&db.pool, T, &by_type, DeadLetterAction::Replay, &opts(true), |_, _| {}).unwrap();
+    let n =
+        admin::act_on_dead_letters(&db.pool, T, &by_type, DeadLetterAction::Replay, &opts(true), |_, _| {}).unwrap();
     assert_eq!(n, 3);
     assert_eq!(db.count("FAIL"), 5);
 
     let mut progress = Vec::new();
-    let n = admin::act_on_dead_letters(&db.pool, T, &by_type, DeadLetterAction::Replay, &opts(false), |d, t| progress.push((d, t)))
-        .unwrap();
+    let n = admin::act_on_dead_letters(&db.pool, T, &by_type, DeadLetterAction::Replay, &opts(false), |d, t| {
+        progress.push((d, t))
+    })
+    .unwrap();
     assert_eq!(n, 3);
     assert_eq!(progress.last(), Some(&(3, 3)));
     assert_eq!(progress.len(), 2, "batches of 2");
     for id in &paid {
         let (status, rc, err): (String, u32, String) = db
             .conn()
-            .exec_first("SELECT status, retry_count, last_error FROM t_event_record WHERE id = ?", (id,))
+            .exec_first(
+                "SELECT status, retry_count, last_error FROM t_event_record WHERE id = ?",
+                (id,),
+            )
             .unwrap()
             .unwrap();
         assert_eq!((status.as_str(), rc), ("WAIT", 0));
@@ -115,16 +123,26 @@ fn purge_deletes_only_old_sent_rows() {
     let db = TestDb::new("purge");
     db.seed(10);
     let mut c = db.conn();
-    c.query_drop("UPDATE t_event_record SET status = 'SUCCESS', sent_at = NOW(3) WHERE id <= 7").unwrap();
+    c.query_drop("UPDATE t_event_record SET status = 'SUCCESS', sent_at = NOW(3) WHERE id <= 7")
+        .unwrap();
     // 5 of them were sent two days ago.
     c.query_drop(
         "UPDATE t_event_record SET next_retry_time = NOW(3) - INTERVAL 2 DAY, update_time = NOW(3) - INTERVAL 2 DAY WHERE id <= 5",
     )
     .unwrap();
     // An old row that is still WAIT must stay whatever its age.
-    c.query_drop("UPDATE t_event_record SET next_retry_time = NOW(3) - INTERVAL 3 DAY WHERE id = 10").unwrap();
+    c.query_drop("UPDATE t_event_record SET next_retry_time = NOW(3) - INTERVAL 3 DAY WHERE id = 10")
+        .unwrap();
     let mut seen = Vec::new();
-    let n = admin::purge(&db.pool, T, Duration::from_secs(86_400), 2, Duration::from_secs(10), |d| seen.push(d)).unwrap();
+    let n = admin::purge(
+        &db.pool,
+        T,
+        Duration::from_secs(86_400),
+        2,
+        Duration::from_secs(10),
+        |d| seen.push(d),
+    )
+    .unwrap();
     assert_eq!(n, 5);
     assert_eq!(db.count("SUCCESS"), 2);
     assert_eq!(db.count("WAIT"), 3);

@@ -11,7 +11,9 @@ use crate::support::{wait_until, TestDb};
 
 fn outboxd(db: &TestDb) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
-    c.env("OUTBOX_DB_URL", &db.url).env("RUST_LOG", "info").env_remove("OUTBOX_CONFIG");
+    c.env("OUTBOX_DB_URL", &db.url)
+        .env("RUST_LOG", "info")
+        .env_remove("OUTBOX_CONFIG");
     c
 }
 
@@ -25,7 +27,11 @@ fn out(mut c: Command) -> (i32, String, String) {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
@@ -35,7 +41,10 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Some((code, body))
 }
 
@@ -43,11 +52,18 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 fn config_errors_exit_2_naming_key_value_and_source() {
     let db = TestDb::new("d_conf");
     let mut c = outboxd(&db);
-    c.env("OUTBOX_SCAN_INTERVAL_MS", "soon").args(["--set", "claim.strategy=magic", "config", "check"]);
+    c.env("OUTBOX_SCAN_INTERVAL_MS", "soon")
+        .args(["--set", "claim.strategy=magic", "config", "check"]);
     let (code, _, err) = out(c);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("scan.interval.ms") && err.contains("soon") && err.contains("OUTBOX_SCAN_INTERVAL_MS"), "{err}");
-    assert!(err.contains("claim.strategy") && err.contains("magic") && err.contains("--set"), "{err}");
+    assert!(
+        err.contains("scan.interval.ms") && err.contains("soon") && err.contains("OUTBOX_SCAN_INTERVAL_MS"),
+        "{err}"
+    );
+    assert!(
+        err.contains("claim.strategy") && err.contains("magic") && err.contains("--set"),
+        "{err}"
+    );
     // `run` refuses the same way.
     let mut c = outboxd(&db);
     c.env("OUTBOX_TABLE", "t; DROP TABLE x").arg("run");
@@ -64,12 +80,27 @@ fn env_overrides_the_file_and_secrets_are_redacted() {
     let file = dir.join("outbox.toml");
     std::fs::write(&file, "\"rocketmq.access.key\" = \"AK\"\n\"rocketmq.secret.key\" = \"SUPERSECRET\"\n[batch]\nsize = 7\n[scan]\ninterval.ms = 250\n").unwrap();
     let mut c = outboxd(&db);
-    c.env("OUTBOX_BATCH_SIZE", "42").arg("--config").arg(&file).args(["config", "check"]);
+    c.env("OUTBOX_BATCH_SIZE", "42")
+        .arg("--config")
+        .arg(&file)
+        .args(["config", "check"]);
     let (code, stdout, err) = out(c);
     assert_eq!(code, 0, "{err}");
-    let line = |k: &str| stdout.lines().find(|l| l.starts_with(&format!("{k} "))).unwrap_or("").to_string();
-    assert!(line("batch.size").contains("42") && line("batch.size").contains("env OUTBOX_BATCH_SIZE"), "{stdout}");
-    assert!(line("scan.interval.ms").contains("250") && line("scan.interval.ms").contains("file"), "{stdout}");
+    let line = |k: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{k} ")))
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(
+        line("batch.size").contains("42") && line("batch.size").contains("env OUTBOX_BATCH_SIZE"),
+        "{stdout}"
+    );
+    assert!(
+        line("scan.interval.ms").contains("250") && line("scan.interval.ms").contains("file"),
+        "{stdout}"
+    );
     assert!(!stdout.contains("SUPERSECRET"), "{stdout}");
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -86,14 +117,18 @@ fn migrate_status_dead_letters_and_purge_on_seeded_rows() {
     assert!(stdout.contains("up to date"), "{stdout}");
     let ids = db.seed(6);
     let mut conn = db.conn();
-    conn.exec_drop("UPDATE t_event_record SET status = 'FAIL', last_error = 'too large' WHERE id IN (?, ?)", (ids[0], ids[1]))
-        .unwrap();
+    conn.exec_drop(
+        "UPDATE t_event_record SET status = 'FAIL', last_error = 'too large' WHERE id IN (?, ?)",
+        (ids[0], ids[1]),
+    )
+    .unwrap();
     conn.exec_drop(
         "UPDATE t_event_record SET status = 'SUCCESS', next_retry_time = NOW(3) - INTERVAL 3 DAY, update_time = NOW(3) - INTERVAL 3 DAY WHERE id = ?",
         (ids[2],),
     )
     .unwrap();
-    conn.exec_drop("UPDATE t_event_record SET status = 'SUCCESS' WHERE id = ?", (ids[3],)).unwrap();
+    conn.exec_drop("UPDATE t_event_record SET status = 'SUCCESS' WHERE id = ?", (ids[3],))
+        .unwrap();
 
     let (code, stdout, _) = out({
         let mut c = outboxd(&db);
@@ -145,8 +180,17 @@ fn migrate_status_dead_letters_and_purge_on_seeded_rows() {
     assert_eq!(code, 0);
     assert_eq!(db.count("FAIL"), 0);
     assert_eq!(db.count("DISCARDED"), 1);
-    let audit: Vec<(u64, String, String)> = db.conn().query("SELECT event_id, action, actor FROM outbox_audit ORDER BY id").unwrap();
-    assert_eq!(audit, vec![(ids[0], "replay".into(), "bob".into()), (ids[1], "discard".into(), "bob".into())]);
+    let audit: Vec<(u64, String, String)> = db
+        .conn()
+        .query("SELECT event_id, action, actor FROM outbox_audit ORDER BY id")
+        .unwrap();
+    assert_eq!(
+        audit,
+        vec![
+            (ids[0], "replay".into(), "bob".into()),
+            (ids[1], "discard".into(), "bob".into())
+        ]
+    );
 
     // Purge: only the SUCCESS row older than a day goes.
     let (code, stdout, err) = out({
@@ -180,7 +224,10 @@ fn run_relays_serves_metrics_and_drains_on_sigterm() {
     );
     let ids = db.seed(20);
     if broker {
-        assert!(wait_until(Duration::from_secs(120), || db.count("SUCCESS") == 20), "daemon did not relay");
+        assert!(
+            wait_until(Duration::from_secs(120), || db.count("SUCCESS") == 20),
+            "daemon did not relay"
+        );
         let (code, body) = http_get(port, "/healthz").unwrap();
         assert_eq!(code, 200, "{body}");
     } else {
@@ -190,13 +237,25 @@ fn run_relays_serves_metrics_and_drains_on_sigterm() {
     }
     let (code, metrics) = http_get(port, "/metrics").unwrap();
     assert_eq!(code, 200);
-    for name in ["outbox_sent_total", "outbox_claimed_total", "outbox_breaker_state", "outbox_commit_to_ack_seconds_bucket", "outbox_wait_rows"] {
+    for name in [
+        "outbox_sent_total",
+        "outbox_claimed_total",
+        "outbox_breaker_state",
+        "outbox_commit_to_ack_seconds_bucket",
+        "outbox_wait_rows",
+    ] {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
     }
     if broker {
-        assert!(metrics.contains(&format!("outbox_sent_total {}", ids.len())), "{metrics}");
+        assert!(
+            metrics.contains(&format!("outbox_sent_total {}", ids.len())),
+            "{metrics}"
+        );
     }
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let mut exited = None;
     assert!(wait_until(Duration::from_secs(30), || {

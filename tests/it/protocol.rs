@@ -72,7 +72,11 @@ fn skip_locked_claimers_get_disjoint_non_empty_batches() {
     let got = b.claim_skip_locked(10).unwrap();
     assert!(started.elapsed() < Duration::from_secs(5), "B waited on A's locks");
     let got: HashSet<u64> = got.claimed.iter().map(|c| c.event.id).collect();
-    assert_eq!(got.len(), 10, "B got nothing while A held its batch: SKIP LOCKED is locking every row");
+    assert_eq!(
+        got.len(),
+        10,
+        "B got nothing while A held its batch: SKIP LOCKED is locking every row"
+    );
     assert!(got.is_disjoint(&held), "{got:?} overlaps {held:?}");
     tx.rollback().unwrap();
 
@@ -221,7 +225,9 @@ fn exponential_backoff_is_capped() {
             .unwrap()
             .unwrap();
         seen.push(d);
-        db.conn().query_drop("UPDATE t_event_record SET next_retry_time = NOW(3)").unwrap();
+        db.conn()
+            .query_drop("UPDATE t_event_record SET next_retry_time = NOW(3)")
+            .unwrap();
     }
     assert_eq!(seen, vec![100, 200, 350, 350]);
 }
@@ -267,11 +273,21 @@ fn a_row_that_keeps_killing_its_sender_ends_fail_through_reclaims() {
 fn insert_statement_is_the_one_the_bindings_use() {
     let db = TestDb::new("insert");
     let sql = outbox::insert_statement("t_event_record");
-    assert_eq!(outbox::INSERT_PARAMS, &["biz_no", "event_type", "payload", "topic", "tag", "headers"]);
+    assert_eq!(
+        outbox::INSERT_PARAMS,
+        &["biz_no", "event_type", "payload", "topic", "tag", "headers"]
+    );
     db.conn()
         .exec_drop(
             &sql,
-            ("ORD-9", "ORDER_PAID", b"{}".to_vec(), Some("T1"), None::<String>, Some("{\"k\":\"v\"}")),
+            (
+                "ORD-9",
+                "ORDER_PAID",
+                b"{}".to_vec(),
+                Some("T1"),
+                None::<String>,
+                Some("{\"k\":\"v\"}"),
+            ),
         )
         .unwrap();
     let s = store(&db.config(), "ins-1-000000");

@@ -33,7 +33,9 @@ fn every_event_sent_exactly_once_by_four_instances(strategy: ClaimStrategy) {
     let mut cfg = db.config();
     cfg.claim_strategy = strategy;
     let rec = Recorder::new();
-    let relays: Vec<Relay> = (0..4).map(|i| start(&cfg, &format!("order-{i}-abc{i:03}"), &rec)).collect();
+    let relays: Vec<Relay> = (0..4)
+        .map(|i| start(&cfg, &format!("order-{i}-abc{i:03}"), &rec))
+        .collect();
     // Two writers commit 10 000 events while the relays run.
     let writers: Vec<_> = (0..2)
         .map(|w| {
@@ -43,7 +45,11 @@ fn every_event_sent_exactly_once_by_four_instances(strategy: ClaimStrategy) {
                 for batch in 0..50 {
                     let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
                     for i in 0..100 {
-                        let e = NewEvent::new(format!("ORD-{w}-{batch}-{i}"), "ORDER_CREATED", format!("{w}/{batch}/{i}"));
+                        let e = NewEvent::new(
+                            format!("ORD-{w}-{batch}-{i}"),
+                            "ORDER_CREATED",
+                            format!("{w}/{batch}/{i}"),
+                        );
                         outbox::enqueue_in_tx(&mut tx, &e).unwrap();
                     }
                     tx.commit().unwrap();
@@ -103,7 +109,11 @@ fn a_send_slower_than_its_lease_is_resent_by_another_instance_and_the_late_ack_i
     let id = db.seed(1)[0];
     let mut cfg = lease_cfg(&db);
     cfg.max_in_flight = 1; // A cannot claim again while its send hangs
-    let slow = Recorder::with_faults(vec![Fault::Delay { id, by: Duration::from_millis(2500), times: 1 }]);
+    let slow = Recorder::with_faults(vec![Fault::Delay {
+        id,
+        by: Duration::from_millis(2500),
+        times: 1,
+    }]);
     let a = start(&cfg, "order-8083-aaaaaa", &slow);
     assert!(wait_until(LONG, || slow.calls.load(SeqCst) == 1));
     let fast = Recorder::new();
@@ -126,11 +136,18 @@ fn the_same_instance_claiming_twice_is_fenced_by_the_token() {
     let id = db.seed(1)[0];
     let mut cfg = lease_cfg(&db);
     cfg.workers = 2;
-    let rec = Recorder::with_faults(vec![Fault::Delay { id, by: Duration::from_millis(2500), times: 1 }]);
+    let rec = Recorder::with_faults(vec![Fault::Delay {
+        id,
+        by: Duration::from_millis(2500),
+        times: 1,
+    }]);
     let a = start(&cfg, "order-8083-a1b2c3", &rec);
     // Reclaimed by its own reclaimer, claimed again by the same instance, sent by its other worker.
     assert!(wait_until(LONG, || db.count("SUCCESS") == 1));
-    assert!(wait_until(LONG, || a.counters().stale_acks == 1), "the first attempt's late ack was not fenced");
+    assert!(
+        wait_until(LONG, || a.counters().stale_acks == 1),
+        "the first attempt's late ack was not fenced"
+    );
     let s = a.counters();
     assert_eq!(s.sent, 1);
     assert!(s.reclaimed >= 1);
@@ -146,7 +163,11 @@ fn a_renewed_lease_is_not_reclaimed_while_the_send_is_in_flight() {
     let mut cfg = lease_cfg(&db);
     cfg.lease_renew_fraction = 0.2;
     cfg.max_in_flight = 1;
-    let slow = Recorder::with_faults(vec![Fault::Delay { id, by: Duration::from_millis(2500), times: 1 }]);
+    let slow = Recorder::with_faults(vec![Fault::Delay {
+        id,
+        by: Duration::from_millis(2500),
+        times: 1,
+    }]);
     let a = start(&cfg, "renew-1-aaaaaa", &slow);
     assert!(wait_until(LONG, || slow.calls.load(SeqCst) == 1));
     let other = Recorder::new();
@@ -172,7 +193,11 @@ fn failed_sends_retry_with_backoff_then_fail_with_one_dead_letter_call() {
     cfg.backoff.policy = BackoffPolicy::Fixed;
     cfg.backoff.base = Duration::from_millis(100);
     cfg.publish_batch_max = 1;
-    let rec = Recorder::with_faults(vec![Fault::Fail { id: bad, error: SendError::rejected("message too large"), times: usize::MAX }]);
+    let rec = Recorder::with_faults(vec![Fault::Fail {
+        id: bad,
+        error: SendError::rejected("message too large"),
+        times: usize::MAX,
+    }]);
     let calls = Arc::new(AtomicUsize::new(0));
     let letters = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let (c2, l2) = (calls.clone(), letters.clone());
@@ -195,7 +220,10 @@ fn failed_sends_retry_with_backoff_then_fail_with_one_dead_letter_call() {
     assert!(d.last_error.contains("message too large"), "{}", d.last_error);
     let (rc, err): (u32, String) = db
         .conn()
-        .exec_first("SELECT retry_count, last_error FROM t_event_record WHERE id = ?", (bad,))
+        .exec_first(
+            "SELECT retry_count, last_error FROM t_event_record WHERE id = ?",
+            (bad,),
+        )
         .unwrap()
         .unwrap();
     assert_eq!(rc, 3);
@@ -211,7 +239,11 @@ fn a_row_whose_send_hangs_every_time_ends_fail_through_reclaims() {
     let mut cfg = lease_cfg(&db);
     cfg.max_retry = 1;
     cfg.workers = 3;
-    let rec = Recorder::with_faults(vec![Fault::Delay { id, by: Duration::from_millis(1500), times: usize::MAX }]);
+    let rec = Recorder::with_faults(vec![Fault::Delay {
+        id,
+        by: Duration::from_millis(1500),
+        times: usize::MAX,
+    }]);
     let dead = Arc::new(AtomicUsize::new(0));
     let d2 = dead.clone();
     let mut c = cfg.clone();
@@ -241,7 +273,11 @@ fn stop_releases_claimed_but_unsent_events() {
     cfg.publish_batch_max = 1;
     cfg.batch_size = 20;
     cfg.max_in_flight = 20;
-    let rec = Recorder::with_faults(vec![Fault::Delay { id: ids[0], by: Duration::from_millis(2000), times: 1 }]);
+    let rec = Recorder::with_faults(vec![Fault::Delay {
+        id: ids[0],
+        by: Duration::from_millis(2000),
+        times: 1,
+    }]);
     let relay = start(&cfg, "stop-1-000000", &rec);
     // One send in flight (held by the delay), nineteen claimed and queued behind it.
     assert!(wait_until(LONG, || rec.calls.load(SeqCst) == 1));
@@ -258,7 +294,10 @@ fn stop_releases_claimed_but_unsent_events() {
         }
     }
     assert!(relay.stop(Duration::from_secs(1)).already_stopped);
-    assert!(matches!(relay.enqueue(&NewEvent::new("a", "b", "c")), Err(outbox::Error::Stopped)));
+    assert!(matches!(
+        relay.enqueue(&NewEvent::new("a", "b", "c")),
+        Err(outbox::Error::Stopped)
+    ));
 }
 
 #[test]
@@ -296,9 +335,14 @@ fn notify_relays_a_fresh_commit_without_waiting_for_the_scan() {
     assert!(wait_until(LONG, || relay.counters().claim_rounds >= 1));
     let mut conn = relay.pool().get_conn().unwrap();
     let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
-    let id = relay.enqueue_in_tx(&mut tx, &NewEvent::new("ORD-1", "ORDER_CREATED", "{}")).unwrap();
+    let id = relay
+        .enqueue_in_tx(&mut tx, &NewEvent::new("ORD-1", "ORDER_CREATED", "{}"))
+        .unwrap();
     relay.commit(tx).unwrap();
-    assert!(wait_until(LONG, || rec.sends_of(id) == 1), "the commit did not wake the relay");
+    assert!(
+        wait_until(LONG, || rec.sends_of(id) == 1),
+        "the commit did not wake the relay"
+    );
     let id2 = relay.enqueue(&NewEvent::new("ORD-2", "ORDER_PAID", "{}")).unwrap();
     assert!(wait_until(LONG, || rec.sends_of(id2) == 1));
     relay.stop(Duration::from_secs(5));
@@ -318,7 +362,11 @@ fn broker_outage_opens_the_breaker_without_burning_retries() {
     // While open, probes keep failing; no attempt is used.
     assert!(wait_until(LONG, || rec.calls.load(SeqCst) >= 8));
     assert_ne!(relay.counters().breaker_state, outbox::BreakerState::Closed);
-    let max_rc: u32 = db.conn().query_first("SELECT MAX(retry_count) FROM t_event_record").unwrap().unwrap();
+    let max_rc: u32 = db
+        .conn()
+        .query_first("SELECT MAX(retry_count) FROM t_event_record")
+        .unwrap()
+        .unwrap();
     assert_eq!(max_rc, 0, "an outage used up retry budget");
     assert_eq!(db.count("FAIL"), 0);
     rec.set_faults(vec![]);
@@ -348,7 +396,9 @@ fn an_enqueue_only_relay_writes_but_never_claims() {
 fn stats_report_the_database_gauges() {
     let db = TestDb::new("gauges");
     db.seed(5);
-    db.conn().query_drop("UPDATE t_event_record SET next_retry_time = NOW(3) - INTERVAL 2 SECOND").unwrap();
+    db.conn()
+        .query_drop("UPDATE t_event_record SET next_retry_time = NOW(3) - INTERVAL 2 SECOND")
+        .unwrap();
     let relay = Relay::builder(db.config()).start().unwrap();
     let g = relay.stats().gauges.unwrap();
     assert_eq!((g.wait, g.sending, g.fail), (5, 0, 0));
@@ -373,7 +423,11 @@ fn per_biz_no_ordering_sends_each_key_in_commit_order_one_at_a_time() {
     for round in 0..10 {
         let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
         for key in 0..20 {
-            let id = outbox::enqueue_in_tx(&mut tx, &NewEvent::new(format!("ORD-{key}"), "STEP", format!("{round}"))).unwrap();
+            let id = outbox::enqueue_in_tx(
+                &mut tx,
+                &NewEvent::new(format!("ORD-{key}"), "STEP", format!("{round}")),
+            )
+            .unwrap();
             if round == 0 && key == 0 {
                 first_of_key0 = id;
             }
@@ -392,7 +446,11 @@ fn per_biz_no_ordering_sends_each_key_in_commit_order_one_at_a_time() {
     for r in &relays {
         r.stop(Duration::from_secs(5));
     }
-    assert_eq!(rec.key_overlaps.load(SeqCst), 0, "two events of one biz_no were in flight at once");
+    assert_eq!(
+        rec.key_overlaps.load(SeqCst),
+        0,
+        "two events of one biz_no were in flight at once"
+    );
     let sent = rec.sent_events.lock();
     assert_eq!(sent.len(), 200);
     let mut by_key: std::collections::HashMap<&str, Vec<u64>> = Default::default();
@@ -420,12 +478,17 @@ fn dead_head(policy: outbox::config::DeadHeadPolicy) -> (String, String) {
     let mut cfg = ordered_cfg(&db);
     cfg.max_retry = 0;
     cfg.ordering_dead_head = policy;
-    let rec = Recorder::with_faults(vec![Fault::Fail { id: ids[0], error: SendError::rejected("bad"), times: usize::MAX }]);
+    let rec = Recorder::with_faults(vec![Fault::Fail {
+        id: ids[0],
+        error: SendError::rejected("bad"),
+        times: usize::MAX,
+    }]);
     let relay = start(&cfg, "head-1-000000", &rec);
     assert!(wait_until(LONG, || db.count("FAIL") == 1));
     // Give the scanner several more rounds to (not) pick up the second event.
     let rounds = relay.counters().claim_rounds;
-    assert!(wait_until(LONG, || relay.counters().claim_rounds >= rounds + 5 || db.count("SUCCESS") == 1));
+    assert!(wait_until(LONG, || relay.counters().claim_rounds >= rounds + 5
+        || db.count("SUCCESS") == 1));
     relay.stop(Duration::from_secs(5));
     let status = |id: u64| -> String {
         db.conn()

@@ -51,8 +51,13 @@ fn a_seed_era_table_is_upgraded_in_place() {
 #[test]
 fn table_name_with_sql_in_it_is_refused_everywhere() {
     let db = TestDb::new("badtbl");
-    let err = outbox::migrate_table(&db.pool, "t_event_record; DROP TABLE x").unwrap_err().to_string();
-    assert!(err.contains("t_event_record; DROP TABLE x") && err.contains("table"), "{err}");
+    let err = outbox::migrate_table(&db.pool, "t_event_record; DROP TABLE x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("t_event_record; DROP TABLE x") && err.contains("table"),
+        "{err}"
+    );
     let mut c = db.config();
     let err = c.set("table", "x`y").unwrap_err().to_string();
     assert!(err.contains("x`y"), "{err}");
@@ -92,7 +97,10 @@ fn scan_and_reclaim_are_index_range_scans_on_a_large_table() {
     for (sql, index) in [
         (store.scan_sql(100, true), "idx_status_next_retry"),
         (store.scan_sql(20, false), "idx_status_next_retry"),
-        (store.reclaim_sql(Duration::from_secs(600), 500), "idx_status_claimed_at"),
+        (
+            store.reclaim_sql(Duration::from_secs(600), 500),
+            "idx_status_claimed_at",
+        ),
         (ordered.scan_sql(100, true), "idx_status_next_retry"),
     ] {
         let plan = explain(&db, &sql);
@@ -102,9 +110,15 @@ fn scan_and_reclaim_are_index_range_scans_on_a_large_table() {
             assert_eq!(sub_key.as_deref(), Some("idx_biz_no"), "{sql}\n{plan:?}");
             assert!(sub_ty == "ref" || sub_ty == "range", "{plan:?}");
         }
-        assert!(ty == "range" || ty == "ref", "{sql}\nplan type {ty} (expected range/ref)");
+        assert!(
+            ty == "range" || ty == "ref",
+            "{sql}\nplan type {ty} (expected range/ref)"
+        );
         assert_eq!(key.as_deref(), Some(index), "{sql}");
-        assert!(!extra.contains("filesort"), "{sql}\nfilesort means every matching row gets locked: {extra}");
+        assert!(
+            !extra.contains("filesort"),
+            "{sql}\nfilesort means every matching row gets locked: {extra}"
+        );
     }
     // Rows examined by the scan stay at the batch, not the table: the handler reads ~batch rows.
     c.query_drop("FLUSH STATUS").unwrap();
@@ -113,5 +127,8 @@ fn scan_and_reclaim_are_index_range_scans_on_a_large_table() {
         .query("SHOW SESSION STATUS WHERE Variable_name IN ('Handler_read_next', 'Handler_read_key', 'Handler_read_rnd_next')")
         .unwrap();
     let total: u64 = reads.iter().map(|(_, n)| n).sum();
-    assert!(total <= 100, "scan read {total} rows with 100 050 in the table: {reads:?}");
+    assert!(
+        total <= 100,
+        "scan read {total} rows with 100 050 in the table: {reads:?}"
+    );
 }

@@ -188,7 +188,9 @@ impl Publisher for Recorder {
                         Fault::Fail { id, error, times } if *id == e.id && self.hit(e.id, 0, *times) => {
                             return SendOutcome::Failed(error.clone())
                         }
-                        Fault::Delay { id, by, times } if *id == e.id && self.hit(e.id, 1, *times) => std::thread::sleep(*by),
+                        Fault::Delay { id, by, times } if *id == e.id && self.hit(e.id, 1, *times) => {
+                            std::thread::sleep(*by)
+                        }
                         Fault::Panic { id, times } if *id == e.id && self.hit(e.id, 2, *times) => {
                             panic!("scripted panic for event {id}")
                         }

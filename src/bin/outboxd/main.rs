@@ -18,7 +18,11 @@ use outbox::{Config, Relay, KEYS};
 const EXIT_CONFIG: u8 = 2;
 
 #[derive(Parser)]
-#[command(name = "outboxd", version, about = "Transactional-outbox relay: MySQL/MariaDB to RocketMQ")]
+#[command(
+    name = "outboxd",
+    version,
+    about = "Transactional-outbox relay: MySQL/MariaDB to RocketMQ"
+)]
 struct Cli {
     /// TOML file with configuration keys (`scan.interval.ms = 200`, or nested tables).
     #[arg(long, short, global = true, env = "OUTBOX_CONFIG")]
@@ -154,7 +158,10 @@ fn time_bound(s: &str) -> Result<TimeBound, String> {
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
-    if let Command::Config { command: ConfigCommand::Example } = cli.command {
+    if let Command::Config {
+        command: ConfigCommand::Example,
+    } = cli.command
+    {
         print!("{}", example_toml());
         return ExitCode::SUCCESS;
     }
@@ -169,7 +176,9 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Config { command: ConfigCommand::Check } => {
+        Command::Config {
+            command: ConfigCommand::Check,
+        } => {
             for k in KEYS {
                 println!(
                     "{:<28} = {:<40} ({})",
@@ -181,7 +190,9 @@ fn main() -> ExitCode {
             println!("configuration OK");
             Ok(())
         }
-        Command::Config { command: ConfigCommand::Example } => unreachable!("handled before loading"),
+        Command::Config {
+            command: ConfigCommand::Example,
+        } => unreachable!("handled before loading"),
         Command::Run { drain } => run(effective.config, drain),
         Command::Migrate => migrate(&effective.config),
         Command::Status { json } => status(&effective.config, json),
@@ -229,7 +240,10 @@ fn migrate(config: &Config) -> outbox::Result<()> {
     if r.applied.is_empty() {
         println!("table {} is up to date (schema version {})", config.table, r.current);
     } else {
-        println!("applied {:?} to {}; schema version {}", r.applied, config.table, r.current);
+        println!(
+            "applied {:?} to {}; schema version {}",
+            r.applied, config.table, r.current
+        );
     }
     Ok(())
 }
@@ -258,7 +272,13 @@ fn run(config: Config, drain: Duration) -> outbox::Result<()> {
     let publisher = outbox::publisher_for(&config)?;
     let listen = config.metrics_listen.clone();
     let mut builder = Relay::builder(config).dead_letter_hook(|d| {
-        log::error!("dead letter: event {} biz_no {} type {}: {}", d.id, d.biz_no, d.event_type, d.last_error)
+        log::error!(
+            "dead letter: event {} biz_no {} type {}: {}",
+            d.id,
+            d.biz_no,
+            d.event_type,
+            d.last_error
+        )
     });
     if let Some(p) = publisher {
         builder = builder.publisher(p);
@@ -306,7 +326,12 @@ fn status(config: &Config, json: bool) -> outbox::Result<()> {
     if !s.sending.is_empty() {
         println!("SENDING (oldest first):");
         for r in &s.sending {
-            println!("  id {:<10} owner {:<32} for {:.1} s", r.id, r.owner.as_deref().unwrap_or("-"), r.age.as_secs_f64());
+            println!(
+                "  id {:<10} owner {:<32} for {:.1} s",
+                r.id,
+                r.owner.as_deref().unwrap_or("-"),
+                r.age.as_secs_f64()
+            );
         }
     }
     Ok(())
@@ -314,7 +339,9 @@ fn status(config: &Config, json: bool) -> outbox::Result<()> {
 
 fn default_actor() -> String {
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into());
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
     format!("{user}@{host}")
 }
 
@@ -367,10 +394,17 @@ fn dead_letters(config: &Config, command: DeadCommand) -> outbox::Result<()> {
     let bar = ProgressBar::new(0);
     bar.set_style(ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec})").expect("static template"));
     bar.set_message(if opts.dry_run { "dry run" } else { "dead letters" });
-    let n = admin::act_on_dead_letters(&pool, &config.table, &args.filter.to_filter(), action, &opts, |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    })?;
+    let n = admin::act_on_dead_letters(
+        &pool,
+        &config.table,
+        &args.filter.to_filter(),
+        action,
+        &opts,
+        |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        },
+    )?;
     bar.finish_and_clear();
     let verb = match action {
         DeadLetterAction::Replay => "replayed",
@@ -394,8 +428,14 @@ fn purge(config: &Config, older_than: Option<Duration>, batch: usize) -> outbox:
     })?;
     let bar = ProgressBar::new_spinner();
     bar.set_style(ProgressStyle::with_template("{spinner} deleted {pos} rows ({per_sec})").expect("static template"));
-    let n = admin::purge(&pool(config)?, &config.table, age, batch, Duration::MAX, |d| bar.set_position(d))?;
+    let n = admin::purge(&pool(config)?, &config.table, age, batch, Duration::MAX, |d| {
+        bar.set_position(d)
+    })?;
     bar.finish_and_clear();
-    println!("purged {n} row(s) sent more than {} s ago from {}", age.as_secs(), config.table);
+    println!(
+        "purged {n} row(s) sent more than {} s ago from {}",
+        age.as_secs(),
+        config.table
+    );
     Ok(())
 }

@@ -54,27 +54,82 @@ impl Collector for RelayCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = self.relay.stats();
         counter(&mut enc, "outbox_claimed", "Rows claimed by this instance", s.claimed)?;
-        counter(&mut enc, "outbox_claim_conflicts", "Candidates another instance claimed first", s.claim_conflicts)?;
-        counter(&mut enc, "outbox_sent", "Events acknowledged by the broker and marked SUCCESS", s.sent)?;
-        counter(&mut enc, "outbox_retried", "Failed attempts returned to WAIT with backoff", s.retried)?;
+        counter(
+            &mut enc,
+            "outbox_claim_conflicts",
+            "Candidates another instance claimed first",
+            s.claim_conflicts,
+        )?;
+        counter(
+            &mut enc,
+            "outbox_sent",
+            "Events acknowledged by the broker and marked SUCCESS",
+            s.sent,
+        )?;
+        counter(
+            &mut enc,
+            "outbox_retried",
+            "Failed attempts returned to WAIT with backoff",
+            s.retried,
+        )?;
         counter(&mut enc, "outbox_dead_lettered", "Events marked FAIL", s.dead_lettered)?;
-        counter(&mut enc, "outbox_reclaimed", "Expired leases returned to WAIT or FAIL", s.reclaimed)?;
+        counter(
+            &mut enc,
+            "outbox_reclaimed",
+            "Expired leases returned to WAIT or FAIL",
+            s.reclaimed,
+        )?;
         counter(&mut enc, "outbox_renewed", "Lease renewals", s.renewed)?;
-        counter(&mut enc, "outbox_released_unsent", "Events released without using an attempt", s.released_unsent)?;
-        counter(&mut enc, "outbox_stale_acks", "Acks that matched no row because the lease was lost", s.stale_acks)?;
-        counter(&mut enc, "outbox_breaker_opened", "Times the circuit breaker opened", s.breaker_opened)?;
-        counter(&mut enc, "outbox_db_errors", "Database errors seen by the relay", s.db_errors)?;
+        counter(
+            &mut enc,
+            "outbox_released_unsent",
+            "Events released without using an attempt",
+            s.released_unsent,
+        )?;
+        counter(
+            &mut enc,
+            "outbox_stale_acks",
+            "Acks that matched no row because the lease was lost",
+            s.stale_acks,
+        )?;
+        counter(
+            &mut enc,
+            "outbox_breaker_opened",
+            "Times the circuit breaker opened",
+            s.breaker_opened,
+        )?;
+        counter(
+            &mut enc,
+            "outbox_db_errors",
+            "Database errors seen by the relay",
+            s.db_errors,
+        )?;
         let state = match s.breaker_state {
             BreakerState::Closed => 0.0,
             BreakerState::HalfOpen => 1.0,
             BreakerState::Open => 2.0,
         };
-        gauge(&mut enc, "outbox_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open", state)?;
-        gauge(&mut enc, "outbox_in_flight", "Claimed events not yet recorded", s.in_flight as f64)?;
+        gauge(
+            &mut enc,
+            "outbox_breaker_state",
+            "Circuit breaker: 0 closed, 1 half-open, 2 open",
+            state,
+        )?;
+        gauge(
+            &mut enc,
+            "outbox_in_flight",
+            "Claimed events not yet recorded",
+            s.in_flight as f64,
+        )?;
         if let Some(g) = s.gauges {
             gauge(&mut enc, "outbox_wait_rows", "Rows in WAIT", g.wait as f64)?;
             gauge(&mut enc, "outbox_sending_rows", "Rows in SENDING", g.sending as f64)?;
-            gauge(&mut enc, "outbox_fail_rows", "Rows in FAIL (dead letters)", g.fail as f64)?;
+            gauge(
+                &mut enc,
+                "outbox_fail_rows",
+                "Rows in FAIL (dead letters)",
+                g.fail as f64,
+            )?;
         }
         let cfg = self.relay.config();
         if let Ok(st) = outbox::admin::status(self.relay.pool(), &cfg.table) {
@@ -97,7 +152,8 @@ impl Collector for RelayCollector {
 
 /// Serves `/metrics` and `/healthz` on `addr` until the process ends.
 pub fn serve(addr: &str, relay: Arc<Relay>, latency: Latency) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let server = tiny_http::Server::http(addr).map_err(|e| std::io::Error::other(format!("metrics.listen = {addr}: {e}")))?;
+    let server =
+        tiny_http::Server::http(addr).map_err(|e| std::io::Error::other(format!("metrics.listen = {addr}: {e}")))?;
     let mut registry = Registry::default();
     registry.register(
         "outbox_commit_to_ack_seconds",
@@ -111,29 +167,36 @@ pub fn serve(addr: &str, relay: Arc<Relay>, latency: Latency) -> std::io::Result
     );
     registry.register_collector(Box::new(RelayCollector { relay: relay.clone() }));
     log::info!("metrics on http://{addr}/metrics and /healthz");
-    std::thread::Builder::new().name("outbox-metrics".into()).spawn(move || {
-        for req in server.incoming_requests() {
-            let (code, body, ctype) = match req.url() {
-                "/metrics" => {
-                    let mut text = String::new();
-                    match prometheus_client::encoding::text::encode(&mut text, &registry) {
-                        Ok(()) => (200, text, "application/openmetrics-text; version=1.0.0; charset=utf-8"),
-                        Err(e) => (500, format!("encoding failed: {e}\n"), "text/plain"),
+    std::thread::Builder::new()
+        .name("outbox-metrics".into())
+        .spawn(move || {
+            for req in server.incoming_requests() {
+                let (code, body, ctype) = match req.url() {
+                    "/metrics" => {
+                        let mut text = String::new();
+                        match prometheus_client::encoding::text::encode(&mut text, &registry) {
+                            Ok(()) => (200, text, "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+                            Err(e) => (500, format!("encoding failed: {e}\n"), "text/plain"),
+                        }
                     }
-                }
-                "/healthz" => {
-                    let (db, broker) = relay.health();
-                    let body = format!(
-                        "db={} broker={}\n",
-                        if db { "up" } else { "down" },
-                        if broker { "up" } else { "down" }
-                    );
-                    (if db && broker { 200 } else { 503 }, body, "text/plain")
-                }
-                _ => (404, "not found: try /metrics or /healthz\n".into(), "text/plain"),
-            };
-            let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes()).expect("static header");
-            let _ = req.respond(tiny_http::Response::from_string(body).with_status_code(code).with_header(header));
-        }
-    })
+                    "/healthz" => {
+                        let (db, broker) = relay.health();
+                        let body = format!(
+                            "db={} broker={}\n",
+                            if db { "up" } else { "down" },
+                            if broker { "up" } else { "down" }
+                        );
+                        (if db && broker { 200 } else { 503 }, body, "text/plain")
+                    }
+                    _ => (404, "not found: try /metrics or /healthz\n".into(), "text/plain"),
+                };
+                let header =
+                    tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes()).expect("static header");
+                let _ = req.respond(
+                    tiny_http::Response::from_string(body)
+                        .with_status_code(code)
+                        .with_header(header),
+                );
+            }
+        })
 }

@@ -52,21 +52,28 @@ pub struct Effective {
 }
 
 /// Loads the effective configuration, or every problem found.
-pub fn load(file: Option<&Path>, sets: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Effective, Vec<Problem>> {
+pub fn load(
+    file: Option<&Path>,
+    sets: &[String],
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Effective, Vec<Problem>> {
     let mut config = Config::default();
     let mut sources: BTreeMap<&'static str, Source> = KEYS.iter().map(|k| (k.key, Source::Default)).collect();
     let mut problems = Vec::new();
-    let mut apply = |config: &mut Config, key: &str, value: &str, source: Source, problems: &mut Vec<Problem>| match config.set(key, value) {
-        Ok(()) => {
-            if let Some(k) = KEYS.iter().find(|k| k.key == key) {
-                sources.insert(k.key, source);
+    let mut apply =
+        |config: &mut Config, key: &str, value: &str, source: Source, problems: &mut Vec<Problem>| match config
+            .set(key, value)
+        {
+            Ok(()) => {
+                if let Some(k) = KEYS.iter().find(|k| k.key == key) {
+                    sources.insert(k.key, source);
+                }
             }
-        }
-        Err(e) => problems.push(Problem {
-            source,
-            error: redact_error(key, e),
-        }),
-    };
+            Err(e) => problems.push(Problem {
+                source,
+                error: redact_error(key, e),
+            }),
+        };
 
     if let Some(path) = file {
         let shown = path.display().to_string();
@@ -88,7 +95,9 @@ pub fn load(file: Option<&Path>, sets: &[String], env: impl Fn(&str) -> Option<S
                             Ok(v) => apply(&mut config, &key, &v, Source::File(shown.clone()), &mut problems),
                             Err(kind) => problems.push(Problem {
                                 source: Source::File(shown.clone()),
-                                error: format!("{key}: a {kind} is not a valid value (use a string, number or boolean)"),
+                                error: format!(
+                                    "{key}: a {kind} is not a valid value (use a string, number or boolean)"
+                                ),
                             }),
                         }
                     }
@@ -142,7 +151,11 @@ fn redact_error(key: &str, e: ConfigError) -> String {
 
 fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, Result<String, &'static str>)>) {
     for (k, v) in table {
-        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
         match v {
             toml::Value::Table(t) => flatten(&key, t, out),
             toml::Value::String(s) => out.push((key, Ok(s.clone()))),
@@ -168,23 +181,41 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("outboxd-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("o.toml");
-        std::fs::write(&f, "db.url = \"mysql://root@127.0.0.1/x\"\n[scan]\ninterval.ms = 200\n[batch]\nsize = 7\n").unwrap();
+        std::fs::write(
+            &f,
+            "db.url = \"mysql://root@127.0.0.1/x\"\n[scan]\ninterval.ms = 200\n[batch]\nsize = 7\n",
+        )
+        .unwrap();
         let env = |v: &str| (v == "OUTBOX_SCAN_INTERVAL_MS").then(|| "300".to_string());
         let e = load(Some(&f), &["batch.size=9".into()], env).unwrap();
         assert_eq!(e.config.scan_interval.as_millis(), 300);
         assert_eq!(e.config.batch_size, 9);
-        assert_eq!(e.sources["scan.interval.ms"], Source::Env("OUTBOX_SCAN_INTERVAL_MS".into()));
+        assert_eq!(
+            e.sources["scan.interval.ms"],
+            Source::Env("OUTBOX_SCAN_INTERVAL_MS".into())
+        );
         assert_eq!(e.sources["batch.size"], Source::Flag);
     }
 
     #[test]
     fn every_error_is_reported_with_key_value_and_source() {
-        let e = load(None, &["batch.size=lots".into(), "no.such=1".into(), "db.url=mysql://root@h/x".into()], no_env)
-            .err()
-            .unwrap();
+        let e = load(
+            None,
+            &[
+                "batch.size=lots".into(),
+                "no.such=1".into(),
+                "db.url=mysql://root@h/x".into(),
+            ],
+            no_env,
+        )
+        .err()
+        .unwrap();
         assert_eq!(e.len(), 2);
         let all = e.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n");
-        assert!(all.contains("batch.size") && all.contains("lots") && all.contains("flag --set"), "{all}");
+        assert!(
+            all.contains("batch.size") && all.contains("lots") && all.contains("flag --set"),
+            "{all}"
+        );
         assert!(all.contains("no.such"), "{all}");
     }
 
