@@ -243,3 +243,54 @@ fn param_kinds_outside_the_enum_are_rejected() {
     let e = unsafe { event::to_params(null(), 2) }.unwrap_err();
     assert_eq!(e.code, OUTBOX_ERR_NULL_ARGUMENT);
 }
+
+type Seen = parking_lot::Mutex<Vec<(u64, String, String, u32, String)>>;
+
+unsafe extern "C" fn record_letter(
+    user_data: *mut std::ffi::c_void,
+    letter: *const outbox_dead_letter,
+) {
+    let seen = &*(user_data as *const Seen);
+    let l = &*letter;
+    let s = |p: *const c_char| CStr::from_ptr(p).to_str().unwrap().to_string();
+    seen.lock().push((
+        l.id,
+        s(l.biz_no),
+        s(l.event_type),
+        l.retry_count,
+        s(l.last_error),
+    ));
+}
+
+#[test]
+fn the_dead_letter_callback_gets_every_field_and_is_never_called_once_cleared() {
+    let seen: Seen = parking_lot::Mutex::new(Vec::new());
+    let slot: conf::HookSlot = std::sync::Arc::new(parking_lot::RwLock::new(Some((
+        record_letter as unsafe extern "C" fn(_, _),
+        conf::UserData(&seen as *const _ as *mut std::ffi::c_void),
+    ))));
+    let hook = conf::hook_for(&slot);
+    let letter = crate::DeadLetter {
+        id: 42,
+        biz_no: "ORD-1".into(),
+        event_type: "ORDER_CREATED".into(),
+        retry_count: 4,
+        // A NUL inside a message must not truncate or break the C string.
+        last_error: "broker said\0no".into(),
+    };
+    hook(&letter);
+    assert_eq!(
+        seen.lock().as_slice(),
+        &[(
+            42,
+            "ORD-1".into(),
+            "ORDER_CREATED".into(),
+            4,
+            "broker said\u{FFFD}no".into()
+        )]
+    );
+    // What outbox_free does before the relay's threads may still run.
+    *slot.write() = None;
+    hook(&letter);
+    assert_eq!(seen.lock().len(), 1);
+}

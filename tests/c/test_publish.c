@@ -2,6 +2,7 @@
  * Skipped (with the reason) unless a name server listens on 127.0.0.1:9876 and the library was
  * built with `--features rocketmq`. Built and run by tests/c/run.sh. */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -91,9 +92,91 @@ static void test_committed_event_is_published(void) {
   outbox_free(r);
 }
 
+typedef struct {
+  pthread_mutex_t mu;
+  int calls;
+  uint64_t id;
+  uint32_t retry_count;
+  char biz_no[64];
+  char last_error[256];
+} letters;
+
+static void on_dead_letter(void *user_data, const outbox_dead_letter *d) {
+  letters *l = user_data;
+  pthread_mutex_lock(&l->mu);
+  l->calls++;
+  l->id = d->id;
+  l->retry_count = d->retry_count;
+  snprintf(l->biz_no, sizeof l->biz_no, "%s", d->biz_no);
+  snprintf(l->last_error, sizeof l->last_error, "%s", d->last_error);
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* A 5 MiB message passes enqueue and the client but the broker refuses it (maxMessageSize is
+ * 4 MiB): with max.retry=0 it ends FAIL at once and the callback is called once. */
+static void test_dead_letter_callback(void) {
+  char err[512] = "";
+  if (!namesrv_listening()) {
+    SKIP("no RocketMQ name server on 127.0.0.1:9876 (scripts/rocketmq start)");
+    return;
+  }
+  static letters seen = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, "", ""};
+  outbox_conf *c = test_conf();
+  char topic[64];
+  snprintf(topic, sizeof topic, "outbox_c_dl_%lx_%d", (unsigned long)time(NULL), (int)getpid());
+  CHECK_OK(outbox_conf_set(c, "publisher", "rocketmq", err, sizeof err));
+  CHECK_OK(outbox_conf_set(c, "rocketmq.namesrv", "127.0.0.1:9876", err, sizeof err));
+  CHECK_OK(outbox_conf_set(c, "topic", topic, err, sizeof err));
+  CHECK_OK(outbox_conf_set(c, "scan.interval.ms", "100", err, sizeof err));
+  CHECK_OK(outbox_conf_set(c, "send.timeout.ms", "10000", err, sizeof err));
+  CHECK_OK(outbox_conf_set(c, "payload.max.bytes", "8388608", err, sizeof err));
+  CHECK_OK(outbox_conf_set(c, "max.retry", "0", err, sizeof err));
+  CHECK_OK(outbox_conf_set_dead_letter_cb(c, on_dead_letter, &seen));
+  CHECK_OK(outbox_migrate(c, err, sizeof err));
+  outbox_relay *r = NULL;
+  outbox_result rc = outbox_start(c, &r, err, sizeof err);
+  if (rc == OUTBOX_ERR_INVALID_VALUE && strstr(err, "publisher") != NULL) {
+    SKIP("this library was built without --features rocketmq (%s)", err);
+    return;
+  }
+  CHECK_RC(rc, OUTBOX_OK);
+  if (r == NULL) return;
+  size_t big = 5 * 1024 * 1024;
+  uint8_t *payload = malloc(big);
+  memset(payload, 'x', big);
+  outbox_event e = {0};
+  e.biz_no = "C-DL-1";
+  e.event_type = "ORDER_CREATED";
+  e.payload = payload;
+  e.payload_len = big;
+  outbox_tx *tx = NULL;
+  uint64_t id = 0;
+  CHECK_OK(outbox_tx_begin(r, &tx));
+  CHECK_OK(outbox_enqueue_in_tx(tx, &e, &id));
+  CHECK_OK(outbox_tx_commit(tx));
+  outbox_tx_free(tx);
+  free(payload); /* copied by enqueue */
+  int calls = 0;
+  for (int i = 0; i < 600 && calls == 0; i++) {
+    usleep(100 * 1000);
+    pthread_mutex_lock(&seen.mu);
+    calls = seen.calls;
+    pthread_mutex_unlock(&seen.mu);
+  }
+  CHECK_OK(outbox_stop(r, 10000));
+  outbox_free(r); /* after it the callback is never called again */
+  CHECK(seen.calls == 1);
+  CHECK(seen.id == id);
+  CHECK(seen.retry_count == 1);
+  CHECK(strcmp(seen.biz_no, "C-DL-1") == 0);
+  CHECK(strlen(seen.last_error) > 0);
+  if (seen.calls != 1) fprintf(stderr, "  dead letters seen: %d\n", seen.calls);
+}
+
 int main(int argc, char **argv) {
   static const h_test tests[] = {
       {"committed_event_is_published", test_committed_event_is_published},
+      {"dead_letter_callback", test_dead_letter_callback},
   };
-  return run_tests(tests, 1, argc > 1 ? argv[1] : NULL);
+  return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }
