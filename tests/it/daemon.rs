@@ -268,3 +268,26 @@ fn run_relays_serves_metrics_and_drains_on_sigterm() {
     assert!(err.contains("draining") && err.contains("stopped"), "{err}");
     assert!(!err.contains("SENT_PER_EVENT"), "no per-event lines at INFO");
 }
+
+#[test]
+fn the_committed_example_config_documents_every_key_and_loads() {
+    let (code, stdout, _) = out({
+        let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
+        c.args(["config", "example"]);
+        c
+    });
+    assert_eq!(code, 0);
+    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/outbox.example.toml")).unwrap();
+    assert_eq!(
+        committed, stdout,
+        "outbox.example.toml is stale: regenerate it with `outboxd config example > outbox.example.toml`"
+    );
+    for k in outbox::KEYS {
+        assert!(committed.contains(&format!("\"{}\"", k.key)), "{} is not documented", k.key);
+    }
+    // And it is a valid configuration as it stands.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
+    c.env_remove("OUTBOX_DB_URL").args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/outbox.example.toml"), "config", "check"]);
+    let (code, _, err) = out(c);
+    assert_eq!(code, 0, "{err}");
+}
