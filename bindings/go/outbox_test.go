@@ -551,7 +551,7 @@ func TestRelayPublishesToTheBroker(t *testing.T) {
 	}
 }
 
-// A 5 MiB message passes enqueue and the client, but the broker refuses it (maxMessageSize 4 MiB):
+// A 5 MiB incompressible message passes enqueue, but the broker refuses it (maxMessageSize 4 MiB):
 // with max.retry=0 it ends FAIL at once and OnDeadLetter is called once, on a relay thread.
 func TestDeadLetterCallback(t *testing.T) {
 	if !brokerPresent() {
@@ -577,7 +577,10 @@ func TestDeadLetterCallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := outbox.Event{BizNo: unique("GO-DL"), EventType: "ORDER_CREATED", Payload: make([]byte, 5<<20)}
+	// Incompressible, so the client's body compression cannot bring it under the limit.
+	payload := make([]byte, 5<<20)
+	_, _ = rand.Read(payload)
+	ev := outbox.Event{BizNo: unique("GO-DL"), EventType: "ORDER_CREATED", Payload: payload}
 	id, err := tx.Enqueue(ev)
 	if err != nil {
 		t.Fatal(err)
@@ -600,4 +603,31 @@ func TestDeadLetterCallback(t *testing.T) {
 	if len(letters) != 0 {
 		t.Fatalf("%d more dead letters", len(letters))
 	}
+}
+
+// A Stop whose deadline has passed returns ErrTimedOut (the relay threads are still ending);
+// a later Stop is a no-op.
+func TestStopPastItsDeadlineTimesOut(t *testing.T) {
+	if !brokerPresent() {
+		t.Skip("no RocketMQ name server on 127.0.0.1:9876 (scripts/rocketmq start)")
+	}
+	r, err := outbox.Start(outbox.Config{Settings: map[string]string{
+		"db.url": dbURL, "publisher": "rocketmq", "rocketmq.namesrv": "127.0.0.1:9876",
+	}})
+	if errors.Is(err, outbox.ErrInvalidValue) && strings.Contains(err.Error(), "publisher") {
+		t.Skipf("the library was built without --features rocketmq: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if err := r.Stop(ctx); !errors.Is(err, outbox.ErrTimedOut) {
+		t.Fatalf("Stop past its deadline: %v", err)
+	}
+	if err := r.Stop(ctx); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond)
 }
