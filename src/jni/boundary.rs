@@ -93,9 +93,7 @@ pub(crate) fn throw(env: &mut JNIEnv<'_>, failure: Failure) {
         return;
     }
     let message = describe(&failure);
-    let built = catch_unwind(AssertUnwindSafe(|| {
-        build_and_throw(env, &failure, &message)
-    }));
+    let built = catch_unwind(AssertUnwindSafe(|| build_and_throw(env, &failure, &message)));
     if matches!(built, Ok(Ok(()))) {
         return;
     }
@@ -117,11 +115,7 @@ fn describe(failure: &Failure) -> String {
     }
 }
 
-fn build_and_throw(
-    env: &mut JNIEnv<'_>,
-    failure: &Failure,
-    message: &str,
-) -> ::jni::errors::Result<()> {
+fn build_and_throw(env: &mut JNIEnv<'_>, failure: &Failure, message: &str) -> ::jni::errors::Result<()> {
     let msg = JObject::from(env.new_string(message)?);
     let s = "Ljava/lang/String;";
     let exception = match failure {
@@ -133,15 +127,10 @@ fn build_and_throw(
                     None,
                     "is not a configuration key".to_string(),
                 ),
-                ConfigError::InvalidValue { key, value, reason } => (
-                    "INVALID_VALUE",
-                    vec![key.clone()],
-                    Some(value.clone()),
-                    reason.clone(),
-                ),
-                ConfigError::Inconsistent { keys, reason } => {
-                    ("INCONSISTENT", keys.clone(), None, reason.clone())
+                ConfigError::InvalidValue { key, value, reason } => {
+                    ("INVALID_VALUE", vec![key.clone()], Some(value.clone()), reason.clone())
                 }
+                ConfigError::Inconsistent { keys, reason } => ("INCONSISTENT", keys.clone(), None, reason.clone()),
             };
             let kind = JObject::from(env.new_string(kind)?);
             let keys = string_array(env, &keys)?;
@@ -168,11 +157,7 @@ fn build_and_throw(
             env.new_object(
                 format!("{PKG}OutboxInvalidEventException"),
                 format!("({s}{s}{s})V"),
-                &[
-                    JValue::Object(&field),
-                    JValue::Object(&reason),
-                    JValue::Object(&msg),
-                ],
+                &[JValue::Object(&field), JValue::Object(&reason), JValue::Object(&msg)],
             )?
         }
         Failure::Core(e @ Error::Db(db)) => {
@@ -196,9 +181,7 @@ fn build_and_throw(
             )?
         }
         Failure::Core(Error::Migration {
-            version,
-            description,
-            ..
+            version, description, ..
         }) => {
             let description = JObject::from(env.new_string(description)?);
             env.new_object(
@@ -250,8 +233,7 @@ pub(crate) fn string_array<'local, S: AsRef<str>>(
     env: &mut JNIEnv<'local>,
     items: &[S],
 ) -> ::jni::errors::Result<JObject<'local>> {
-    let len = i32::try_from(items.len())
-        .map_err(|_| ::jni::errors::Error::WrongJValueType("array length", "usize"))?;
+    let len = i32::try_from(items.len()).map_err(|_| ::jni::errors::Error::WrongJValueType("array length", "usize"))?;
     let array = env.new_object_array(len, "java/lang/String", JObject::null())?;
     for (i, item) in items.iter().enumerate() {
         let s = env.new_string(item.as_ref())?;

@@ -32,7 +32,10 @@ impl JavaListener {
         let mut env = match self.vm.attach_current_thread_as_daemon() {
             Ok(env) => env,
             Err(e) => {
-                log::error!("dead letter {} not delivered to the Java listener: cannot attach to the JVM: {e}", d.id);
+                log::error!(
+                    "dead letter {} not delivered to the Java listener: cannot attach to the JVM: {e}",
+                    d.id
+                );
                 return;
             }
         };
@@ -66,10 +69,7 @@ impl JavaListener {
             let _ = env.exception_describe();
             let _ = env.exception_clear();
         } else if let Err(e) = outcome {
-            log::error!(
-                "dead letter {} not delivered to the Java listener: {e}",
-                d.id
-            );
+            log::error!("dead letter {} not delivered to the Java listener: {e}", d.id);
         }
     }
 }

@@ -42,19 +42,17 @@ fn next() -> i64 {
 
 pub(crate) fn add_relay(relay: Relay, dead_letter: Option<DeadLetterHook>) -> i64 {
     let h = next();
-    RELAYS
-        .lock()
-        .insert(h, Arc::new(RelayEntry { relay, dead_letter }));
+    RELAYS.lock().insert(h, Arc::new(RelayEntry { relay, dead_letter }));
     h
 }
 
 /// The relay of `handle`, or `OutboxStoppedException`.
 pub(crate) fn relay(handle: i64) -> JResult<Arc<RelayEntry>> {
-    RELAYS.lock().get(&handle).cloned().ok_or_else(|| {
-        Failure::Stopped(format!(
-            "the outbox relay is closed (handle {handle} is not open)"
-        ))
-    })
+    RELAYS
+        .lock()
+        .get(&handle)
+        .cloned()
+        .ok_or_else(|| Failure::Stopped(format!("the outbox relay is closed (handle {handle} is not open)")))
 }
 
 pub(crate) fn remove_relay(handle: i64) -> Option<Arc<RelayEntry>> {
@@ -74,21 +72,12 @@ pub(crate) fn add_tx(relay: Arc<RelayEntry>, tx: Transaction<'static>) -> i64 {
 }
 
 fn finished(handle: i64) -> Failure {
-    Failure::IllegalState(format!(
-        "the transaction is finished (handle {handle} is not open)"
-    ))
+    Failure::IllegalState(format!("the transaction is finished (handle {handle} is not open)"))
 }
 
 /// Runs `f` on the open transaction `handle`, one call at a time.
-pub(crate) fn with_tx<T>(
-    handle: i64,
-    f: impl FnOnce(&Relay, &mut Transaction<'static>) -> JResult<T>,
-) -> JResult<T> {
-    let entry = TXS
-        .lock()
-        .get(&handle)
-        .cloned()
-        .ok_or_else(|| finished(handle))?;
+pub(crate) fn with_tx<T>(handle: i64, f: impl FnOnce(&Relay, &mut Transaction<'static>) -> JResult<T>) -> JResult<T> {
+    let entry = TXS.lock().get(&handle).cloned().ok_or_else(|| finished(handle))?;
     let mut guard = entry.tx.lock();
     let tx = guard.as_mut().ok_or_else(|| finished(handle))?;
     f(&entry.relay, tx)

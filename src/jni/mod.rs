@@ -18,12 +18,8 @@ use std::ptr::null_mut;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::jni::objects::{
-    JByteArray, JClass, JDoubleArray, JLongArray, JObject, JObjectArray, JString,
-};
-use ::jni::sys::{
-    jboolean, jint, jintArray, jlong, jlongArray, jobjectArray, jstring, JNI_FALSE, JNI_TRUE,
-};
+use ::jni::objects::{JByteArray, JClass, JDoubleArray, JLongArray, JObject, JObjectArray, JString};
+use ::jni::sys::{jboolean, jint, jintArray, jlong, jlongArray, jobjectArray, jstring, JNI_FALSE, JNI_TRUE};
 use ::jni::JNIEnv;
 use mysql::prelude::Queryable;
 
@@ -52,11 +48,7 @@ fn opt_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> JResult<Option<String>> 
     Ok(Some(env.get_string(s)?.into()))
 }
 
-fn strings(
-    env: &mut JNIEnv<'_>,
-    array: &JObjectArray<'_>,
-    what: &'static str,
-) -> JResult<Vec<String>> {
+fn strings(env: &mut JNIEnv<'_>, array: &JObjectArray<'_>, what: &'static str) -> JResult<Vec<String>> {
     if array.is_null() {
         return Err(Failure::Null(what));
     }
@@ -81,11 +73,7 @@ fn millis(ms: jlong) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-fn config_from(
-    env: &mut JNIEnv<'_>,
-    keys: &JObjectArray<'_>,
-    values: &JObjectArray<'_>,
-) -> JResult<Config> {
+fn config_from(env: &mut JNIEnv<'_>, keys: &JObjectArray<'_>, values: &JObjectArray<'_>) -> JResult<Config> {
     let keys = strings(env, keys, "configuration key")?;
     let values = strings(env, values, "configuration value")?;
     if keys.len() != values.len() {
@@ -162,9 +150,7 @@ fn params_from(
     .iter()
     .all(|&l| l as usize == n);
     if !same_length {
-        return Err(Failure::IllegalArgument(
-            "parameter arrays of different lengths".into(),
-        ));
+        return Err(Failure::IllegalArgument("parameter arrays of different lengths".into()));
     }
     let mut int_values = vec![0i64; n];
     env.get_long_array_region(ints, 0, &mut int_values)?;
@@ -239,10 +225,7 @@ fn report_array(env: &mut JNIEnv<'_>, r: &StopReport) -> JResult<jlongArray> {
     )
 }
 
-fn migration_array(
-    env: &mut JNIEnv<'_>,
-    r: &crate::migrate::MigrationReport,
-) -> JResult<jintArray> {
+fn migration_array(env: &mut JNIEnv<'_>, r: &crate::migrate::MigrationReport) -> JResult<jintArray> {
     let clamp = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
     let mut v = vec![clamp(r.current)];
     v.extend(r.applied.iter().map(|&n| clamp(n)));
@@ -257,26 +240,17 @@ fn jstr(env: &mut JNIEnv<'_>, s: impl AsRef<str>) -> JResult<jstring> {
 // library
 
 #[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_abiVersion<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-) -> jint {
+pub extern "system" fn Java_io_outbox_Native_abiVersion<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jint {
     guard(&mut env, 0, |_| Ok(JNI_ABI_VERSION))
 }
 
 #[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_version<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-) -> jstring {
+pub extern "system" fn Java_io_outbox_Native_version<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jstring {
     guard(&mut env, null_mut(), |env| jstr(env, crate::VERSION))
 }
 
 #[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_features<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-) -> jobjectArray {
+pub extern "system" fn Java_io_outbox_Native_features<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jobjectArray {
     guard(&mut env, null_mut(), |env| {
         let mut features = vec!["jni"];
         if cfg!(feature = "rocketmq") {
@@ -307,9 +281,7 @@ pub extern "system" fn Java_io_outbox_Native_configDefault<'l>(
 ) -> jstring {
     guard(&mut env, null_mut(), |env| {
         let key = string(env, &key, "key")?;
-        let value = Config::default()
-            .get(&key)
-            .ok_or(ConfigError::UnknownKey { key })?;
+        let value = Config::default().get(&key).ok_or(ConfigError::UnknownKey { key })?;
         jstr(env, value)
     })
 }
@@ -360,10 +332,7 @@ pub extern "system" fn Java_io_outbox_Native_insertStatement<'l>(
 }
 
 #[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_insertParams<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-) -> jobjectArray {
+pub extern "system" fn Java_io_outbox_Native_insertParams<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jobjectArray {
     guard(&mut env, null_mut(), |env| {
         Ok(string_array(env, crate::INSERT_PARAMS)?.into_raw())
     })
@@ -427,10 +396,7 @@ pub extern "system" fn Java_io_outbox_Native_migrateConfig<'l>(
 
 /// Handles live in this process: `[relays, transactions]` (for tests of the Cleaner backstop).
 #[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_liveHandles<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-) -> jlongArray {
+pub extern "system" fn Java_io_outbox_Native_liveHandles<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jlongArray {
     guard(&mut env, null_mut(), |env| {
         let (relays, txs) = handles::live();
         long_array(env, &[relays as i64, txs as i64])
@@ -439,10 +405,7 @@ pub extern "system" fn Java_io_outbox_Native_liveHandles<'l>(
 
 /// Panics inside the boundary: proves that a Rust panic reaches Java as an exception.
 #[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_selfTestPanic<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-) {
+pub extern "system" fn Java_io_outbox_Native_selfTestPanic<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) {
     guard(&mut env, (), |_| -> JResult<()> {
         panic!("self-test panic requested by the Java binding's tests")
     })
@@ -502,11 +465,7 @@ pub extern "system" fn Java_io_outbox_Native_selfTestDeadLetter<'l>(
 }
 
 #[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_notifyRelay<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) {
+pub extern "system" fn Java_io_outbox_Native_notifyRelay<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>, handle: jlong) {
     guard(&mut env, (), |_| {
         handles::relay(handle)?.notify();
         Ok(())
@@ -614,15 +573,13 @@ pub extern "system" fn Java_io_outbox_Native_close<'l>(
     handle: jlong,
     timeout_ms: jlong,
 ) -> jlongArray {
-    guard(&mut env, null_mut(), |env| {
-        match handles::remove_relay(handle) {
-            Some(relay) => {
-                let report = relay.stop(millis(timeout_ms));
-                drop(relay);
-                report_array(env, &report)
-            }
-            None => Ok(null_mut()),
+    guard(&mut env, null_mut(), |env| match handles::remove_relay(handle) {
+        Some(relay) => {
+            let report = relay.stop(millis(timeout_ms));
+            drop(relay);
+            report_array(env, &report)
         }
+        None => Ok(null_mut()),
     })
 }
 
@@ -684,11 +641,9 @@ pub extern "system" fn Java_io_outbox_Native_txQueryLong<'l>(
             let row: Option<mysql::Row> = t.exec_first(sql, params)?;
             match row.and_then(|r| r.as_ref(0).cloned()) {
                 None | Some(mysql::Value::NULL) => Ok(None),
-                Some(v) => as_i64(&v).map(Some).ok_or_else(|| {
-                    Failure::IllegalArgument(format!(
-                        "the first column ({v:?}) is not a whole number"
-                    ))
-                }),
+                Some(v) => as_i64(&v)
+                    .map(Some)
+                    .ok_or_else(|| Failure::IllegalArgument(format!("the first column ({v:?}) is not a whole number"))),
             }
         })?;
         long_array(env, value.as_slice())
@@ -703,8 +658,7 @@ pub extern "system" fn Java_io_outbox_Native_txLastInsertId<'l>(
 ) -> jlong {
     guard(&mut env, 0, |_| {
         handles::with_tx(tx, |_, t| {
-            Ok(t.last_insert_id()
-                .map_or(0, |id| i64::try_from(id).unwrap_or(i64::MAX)))
+            Ok(t.last_insert_id().map_or(0, |id| i64::try_from(id).unwrap_or(i64::MAX)))
         })
     })
 }
@@ -743,15 +697,10 @@ pub extern "system" fn Java_io_outbox_Native_txEnqueue<'l>(
 
 /// Commits and wakes the relay. The handle is released whatever the outcome.
 #[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_txCommit<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    tx: jlong,
-) {
+pub extern "system" fn Java_io_outbox_Native_txCommit<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>, tx: jlong) {
     guard(&mut env, (), |_| {
-        let (relay, t) = handles::take_tx(tx).ok_or_else(|| {
-            Failure::IllegalState(format!("transaction {tx} is already finished"))
-        })?;
+        let (relay, t) = handles::take_tx(tx)
+            .ok_or_else(|| Failure::IllegalState(format!("transaction {tx} is already finished")))?;
         t.commit().map_err(Error::Db)?;
         relay.notify();
         Ok(())
@@ -760,11 +709,7 @@ pub extern "system" fn Java_io_outbox_Native_txCommit<'l>(
 
 /// Rolls back and releases the handle; a finished or unknown handle is a no-op.
 #[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_txRollback<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    tx: jlong,
-) {
+pub extern "system" fn Java_io_outbox_Native_txRollback<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>, tx: jlong) {
     guard(&mut env, (), |_| {
         if let Some((_, t)) = handles::take_tx(tx) {
             t.rollback().map_err(Error::Db)?;
