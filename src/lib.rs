@@ -32,6 +32,8 @@ pub use store::{insert_statement, DeadLetter, Gauges, INSERT_PARAMS};
 
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;
+#[cfg(feature = "jni")]
+pub mod jni;
 
 /// The publisher that `config.publisher` names: `None` for `publisher = none` (enqueue-only).
 /// RocketMQ needs the `rocketmq` feature; without it this is a config error naming the key.
@@ -53,6 +55,8 @@ pub fn publisher_for(config: &Config) -> Result<Option<std::sync::Arc<dyn Publis
 /// Starts a relay whose publisher is chosen by `config.publisher` (what the C ABI, the JNI
 /// binding and `outboxd` use).
 pub fn open(config: Config, dead_letter: Option<DeadLetterHook>) -> Result<Relay> {
+    // Check the whole configuration before any broker client is created.
+    config.validate()?;
     let publisher = publisher_for(&config)?;
     let mut b = Relay::builder(config);
     if let Some(p) = publisher {
