@@ -6,8 +6,7 @@ use std::path::Path;
 
 fn generate() -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let config =
-        cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml parses");
+    let config = cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml parses");
     let bindings = cbindgen::Builder::new()
         .with_config(config)
         .with_src(root.join("src/ffi/mod.rs"))

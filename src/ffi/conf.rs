@@ -32,8 +32,7 @@ pub struct outbox_dead_letter {
     pub last_error: *const c_char,
 }
 
-type outbox_dead_letter_cb_fn =
-    unsafe extern "C" fn(user_data: *mut c_void, letter: *const outbox_dead_letter);
+type outbox_dead_letter_cb_fn = unsafe extern "C" fn(user_data: *mut c_void, letter: *const outbox_dead_letter);
 
 /// Called once per event that ends dead-lettered (status FAIL), for alerting. It runs on a
 /// relay thread, possibly on several at once: it must be thread-safe and short, and must not

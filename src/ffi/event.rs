@@ -71,10 +71,7 @@ pub(crate) unsafe fn to_new_event(e: &outbox_event) -> Result<crate::NewEvent, F
     let topic = arg_opt_str(e.topic, "event.topic")?.map(str::to_string);
     let tag = arg_opt_str(e.tag, "event.tag")?.map(str::to_string);
     let mut headers = BTreeMap::new();
-    for (i, h) in arg_slice(e.headers, e.headers_len, "event.headers")?
-        .iter()
-        .enumerate()
-    {
+    for (i, h) in arg_slice(e.headers, e.headers_len, "event.headers")?.iter().enumerate() {
         let key = arg_str(h.key, &format!("event.headers[{i}].key"))?;
         let value = arg_str(h.value, &format!("event.headers[{i}].value"))?;
         if headers.insert(key.to_string(), value.to_string()).is_some() {
@@ -94,10 +91,7 @@ pub(crate) unsafe fn to_new_event(e: &outbox_event) -> Result<crate::NewEvent, F
     })
 }
 
-pub(crate) unsafe fn to_params(
-    params: *const outbox_param,
-    n: usize,
-) -> Result<mysql::Params, Failure> {
+pub(crate) unsafe fn to_params(params: *const outbox_param, n: usize) -> Result<mysql::Params, Failure> {
     let params = arg_slice(params, n, "params")?;
     if params.is_empty() {
         return Ok(mysql::Params::Empty);
@@ -106,20 +100,14 @@ pub(crate) unsafe fn to_params(
     for (i, p) in params.iter().enumerate() {
         let v = match p.kind {
             k if k == outbox_param_kind::OUTBOX_PARAM_NULL as u32 => mysql::Value::NULL,
-            k if k == outbox_param_kind::OUTBOX_PARAM_INT64 as u32 => {
-                mysql::Value::Int(p.int_value)
+            k if k == outbox_param_kind::OUTBOX_PARAM_INT64 as u32 => mysql::Value::Int(p.int_value),
+            k if k == outbox_param_kind::OUTBOX_PARAM_DOUBLE as u32 => mysql::Value::Double(p.double_value),
+            k if k == outbox_param_kind::OUTBOX_PARAM_TEXT as u32 => {
+                mysql::Value::Bytes(arg_str(p.text, &format!("params[{i}].text"))?.as_bytes().to_vec())
             }
-            k if k == outbox_param_kind::OUTBOX_PARAM_DOUBLE as u32 => {
-                mysql::Value::Double(p.double_value)
+            k if k == outbox_param_kind::OUTBOX_PARAM_BYTES as u32 => {
+                mysql::Value::Bytes(arg_slice(p.bytes, p.bytes_len, &format!("params[{i}].bytes"))?.to_vec())
             }
-            k if k == outbox_param_kind::OUTBOX_PARAM_TEXT as u32 => mysql::Value::Bytes(
-                arg_str(p.text, &format!("params[{i}].text"))?
-                    .as_bytes()
-                    .to_vec(),
-            ),
-            k if k == outbox_param_kind::OUTBOX_PARAM_BYTES as u32 => mysql::Value::Bytes(
-                arg_slice(p.bytes, p.bytes_len, &format!("params[{i}].bytes"))?.to_vec(),
-            ),
             k => {
                 return Err(Failure::new(
                     OUTBOX_ERR_INVALID_ARGUMENT,

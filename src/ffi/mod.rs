@@ -144,10 +144,7 @@ impl Failure {
     }
 
     pub fn null(arg: &str) -> Failure {
-        Failure::new(
-            OUTBOX_ERR_NULL_ARGUMENT,
-            format!("argument `{arg}` is NULL"),
-        )
+        Failure::new(OUTBOX_ERR_NULL_ARGUMENT, format!("argument `{arg}` is NULL"))
     }
 }
 
@@ -289,10 +286,7 @@ pub(crate) unsafe fn arg_str<'a>(p: *const c_char, arg: &str) -> Result<&'a str,
 }
 
 /// Like [`arg_str`], NULL meaning absent.
-pub(crate) unsafe fn arg_opt_str<'a>(
-    p: *const c_char,
-    arg: &str,
-) -> Result<Option<&'a str>, Failure> {
+pub(crate) unsafe fn arg_opt_str<'a>(p: *const c_char, arg: &str) -> Result<Option<&'a str>, Failure> {
     if p.is_null() {
         Ok(None)
     } else {
@@ -301,11 +295,7 @@ pub(crate) unsafe fn arg_opt_str<'a>(
 }
 
 /// A `(pointer, length)` array argument; NULL is allowed only with length 0.
-pub(crate) unsafe fn arg_slice<'a, T>(
-    p: *const T,
-    len: usize,
-    arg: &str,
-) -> Result<&'a [T], Failure> {
+pub(crate) unsafe fn arg_slice<'a, T>(p: *const T, len: usize, arg: &str) -> Result<&'a [T], Failure> {
     if len == 0 {
         Ok(&[])
     } else if p.is_null() {
@@ -378,11 +368,10 @@ pub(crate) unsafe fn with_errstr(
 /// Thread safety: safe from any thread.
 #[no_mangle]
 pub extern "C" fn outbox_version() -> *const c_char {
-    const V: &CStr =
-        match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
-            Ok(v) => v,
-            Err(_) => panic!("the version has no NUL"),
-        };
+    const V: &CStr = match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(v) => v,
+        Err(_) => panic!("the version has no NUL"),
+    };
     V.as_ptr()
 }
 
@@ -419,11 +408,7 @@ pub extern "C" fn outbox_result_is_retriable(code: c_int) -> bool {
 ///
 /// Thread safety: safe from any thread; each thread has its own message.
 #[no_mangle]
-pub unsafe extern "C" fn outbox_last_error(
-    buf: *mut c_char,
-    len: usize,
-    out_needed: *mut usize,
-) -> outbox_result {
+pub unsafe extern "C" fn outbox_last_error(buf: *mut c_char, len: usize, out_needed: *mut usize) -> outbox_result {
     // Not through `boundary`: a failure here must not overwrite the message it reports.
     let r = catch_unwind(AssertUnwindSafe(|| {
         LAST_ERROR.with(|m| write_string_out(&m.borrow(), buf, len, out_needed))

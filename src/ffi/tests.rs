@@ -12,10 +12,7 @@ fn last_error() -> String {
         unsafe { outbox_last_error(buf.as_mut_ptr(), buf.len(), &mut needed) },
         OUTBOX_OK
     );
-    unsafe { CStr::from_ptr(buf.as_ptr()) }
-        .to_str()
-        .unwrap()
-        .to_string()
+    unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap().to_string()
 }
 
 #[test]
@@ -66,10 +63,7 @@ fn conf_set_distinguishes_unknown_keys_from_invalid_values_and_writes_errstr_onl
             ),
             OUTBOX_ERR_UNKNOWN_KEY
         );
-        assert!(CStr::from_ptr(err.as_ptr())
-            .to_str()
-            .unwrap()
-            .contains("no.such.key"));
+        assert!(CStr::from_ptr(err.as_ptr()).to_str().unwrap().contains("no.such.key"));
         assert_eq!(
             outbox_conf_set(
                 conf,
@@ -107,10 +101,7 @@ fn invalid_utf8_is_an_error_code_naming_the_argument() {
             ),
             OUTBOX_ERR_INVALID_UTF8
         );
-        assert!(CStr::from_ptr(err.as_ptr())
-            .to_str()
-            .unwrap()
-            .contains("`value`"));
+        assert!(CStr::from_ptr(err.as_ptr()).to_str().unwrap().contains("`value`"));
         outbox_conf_free(conf);
     }
 }
@@ -120,10 +111,7 @@ fn errstr_is_truncated_at_a_character_boundary_and_nul_terminated() {
     let mut buf = [b'x' as c_char; 4];
     unsafe { write_errstr(buf.as_mut_ptr(), buf.len(), "aéé") };
     // "a" + "é" is 3 bytes: fits; the second "é" does not.
-    assert_eq!(
-        unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap(),
-        "aé"
-    );
+    assert_eq!(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap(), "aé");
     unsafe { write_errstr(null_mut(), 10, "ignored") };
     unsafe { write_errstr(buf.as_mut_ptr(), 0, "ignored") };
 }
@@ -140,10 +128,7 @@ fn buffer_outputs_report_the_size_needed_and_leave_a_short_buffer_untouched() {
     assert_eq!(r.unwrap_err().code, OUTBOX_ERR_BUFFER_TOO_SMALL);
     let mut buf = [0 as c_char; 6];
     unsafe { write_string_out("hello", buf.as_mut_ptr(), buf.len(), &mut needed) }.unwrap();
-    assert_eq!(
-        unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap(),
-        "hello"
-    );
+    assert_eq!(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap(), "hello");
 }
 
 #[test]
@@ -153,9 +138,7 @@ fn result_codes_have_descriptions_and_retriability() {
         assert!(!s.to_bytes().is_empty());
     }
     assert_eq!(
-        unsafe { CStr::from_ptr(outbox_result_str(12345)) }
-            .to_str()
-            .unwrap(),
+        unsafe { CStr::from_ptr(outbox_result_str(12345)) }.to_str().unwrap(),
         "unknown result code"
     );
     assert!(outbox_result_is_retriable(OUTBOX_ERR_DATABASE as c_int));
@@ -163,9 +146,7 @@ fn result_codes_have_descriptions_and_retriability() {
     assert!(!outbox_result_is_retriable(OUTBOX_OK as c_int));
     assert!(!outbox_result_is_retriable(-1));
     assert_eq!(
-        unsafe { CStr::from_ptr(outbox_version()) }
-            .to_str()
-            .unwrap(),
+        unsafe { CStr::from_ptr(outbox_version()) }.to_str().unwrap(),
         crate::VERSION
     );
 }
@@ -175,10 +156,7 @@ fn start_consumes_the_conf_even_when_the_output_pointer_is_null() {
     unsafe {
         let conf = outbox_conf_new();
         // Nothing to free afterwards: valgrind (tests/c) checks that nothing leaks.
-        assert_eq!(
-            outbox_start(conf, null_mut(), null_mut(), 0),
-            OUTBOX_ERR_NULL_ARGUMENT
-        );
+        assert_eq!(outbox_start(conf, null_mut(), null_mut(), 0), OUTBOX_ERR_NULL_ARGUMENT);
         let mut out: *mut outbox_relay = null_mut();
         assert_eq!(
             outbox_start(null_mut(), &mut out, null_mut(), 0),
@@ -212,10 +190,7 @@ fn start_without_rocketmq_support_is_an_invalid_value_of_publisher() {
             OUTBOX_ERR_INVALID_VALUE
         );
         assert!(out.is_null(), "outputs are written only on success");
-        assert!(CStr::from_ptr(err.as_ptr())
-            .to_str()
-            .unwrap()
-            .contains("publisher"));
+        assert!(CStr::from_ptr(err.as_ptr()).to_str().unwrap().contains("publisher"));
     }
 }
 
@@ -246,20 +221,12 @@ fn param_kinds_outside_the_enum_are_rejected() {
 
 type Seen = parking_lot::Mutex<Vec<(u64, String, String, u32, String)>>;
 
-unsafe extern "C" fn record_letter(
-    user_data: *mut std::ffi::c_void,
-    letter: *const outbox_dead_letter,
-) {
+unsafe extern "C" fn record_letter(user_data: *mut std::ffi::c_void, letter: *const outbox_dead_letter) {
     let seen = &*(user_data as *const Seen);
     let l = &*letter;
     let s = |p: *const c_char| CStr::from_ptr(p).to_str().unwrap().to_string();
-    seen.lock().push((
-        l.id,
-        s(l.biz_no),
-        s(l.event_type),
-        l.retry_count,
-        s(l.last_error),
-    ));
+    seen.lock()
+        .push((l.id, s(l.biz_no), s(l.event_type), l.retry_count, s(l.last_error)));
 }
 
 #[test]

@@ -43,10 +43,7 @@ impl outbox_tx {
 /// Thread safety: safe from any thread, concurrently with any call on the same relay except
 /// `outbox_free`.
 #[no_mangle]
-pub unsafe extern "C" fn outbox_tx_begin(
-    relay: *const outbox_relay,
-    out_tx: *mut *mut outbox_tx,
-) -> outbox_result {
+pub unsafe extern "C" fn outbox_tx_begin(relay: *const outbox_relay, out_tx: *mut *mut outbox_tx) -> outbox_result {
     ffi_boundary!(nonnull(relay, out_tx) {
         let shared = (*relay).shared.clone();
         shared.check_running()?;
