@@ -4,6 +4,8 @@ mod support;
 mod protocol;
 mod schema;
 mod relay;
+#[cfg(feature = "rocketmq")]
+mod rocketmq_e2e;
 mod admin;
 #[cfg(feature = "daemon")]
 mod daemon;

@@ -1,0 +1,1011 @@
+//! The RocketMQ publisher (cargo feature `rocketmq`), on `rocketmq-client-rust` 1.0.
+//!
+//! The client is async; the relay core is blocking. [`RocketMqPublisher`] therefore owns a small
+//! Tokio runtime (a [`RuntimeOwner`]), the client runtime built on it and one started
+//! [`DefaultMQProducer`]. Worker threads call [`Publisher::publish`] concurrently; each call blocks
+//! on the shared runtime (the producer's send methods take `&self`).
+//!
+//! What a message looks like: body = the row's payload, key = the event id, tag = the row's tag
+//! or else its event type (`rocketmq.tag.source`), user properties `eventId`, `eventType`,
+//! `bizNo` plus the row's headers.
+//!
+//! Several events of one call go out as one broker batch (`send_batch_with_timeout`), split so
+//! that no batch is larger than [`BATCH_MAX_BYTES`]. A batch refused for a reason of its content
+//! is retried message by message, so one bad message never fails the others. Every message of a
+//! batch carries the same message id on the consumer side: consumers deduplicate on the
+//! `eventId` property (or the message key), never on the message id.
+//!
+//! Client errors are classified by their canonical descriptor (see [`classify`]): broker-wide
+//! failures are [`FailureKind::Unavailable`] (not counted against the event; the relay's circuit
+//! breaker counts them), unknown outcomes are [`FailureKind::Timeout`], and problems of the
+//! message are [`FailureKind::Rejected`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cheetah_string::CheetahString;
+use parking_lot::RwLock;
+use rocketmq_client_rust::{
+    AclClientRPCHook, ClientConfig, ClientError, ClientRuntime, ClientRuntimeConfig, DefaultMQProducer,
+    MQBrokerException, MQClientException, SendResult, SendStatus, SessionCredentials,
+};
+use rocketmq_error::{CanonicalCondition, ErrorDescriptor};
+use rocketmq_model::common::message::message_single::Message;
+use rocketmq_observability::TelemetryRuntimeGuard;
+use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
+
+use crate::config::{Config, TagSource};
+use crate::error::{Error, Result};
+use crate::publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
+
+/// Largest encoded size of one broker batch. The broker refuses a request whose body exceeds its
+/// `maxMessageSize` (4 MiB by default); a batch is one request, so batches stay well below it.
+pub const BATCH_MAX_BYTES: usize = 1024 * 1024;
+
+/// A send is not started with less budget than this left; the event is returned unsent.
+const MIN_SEND_BUDGET: Duration = Duration::from_millis(5);
+
+/// Extra time given to the client beyond its own send timeout before the call is abandoned
+/// (the client enforces the timeout itself; this only guards against a hung future).
+const HARD_TIMEOUT_SLACK: Duration = Duration::from_millis(500);
+
+/// Bound on each shutdown step (producer, client runtime, Tokio runtime).
+const SHUTDOWN_STEP: Duration = Duration::from_secs(5);
+
+/// Most bytes of encoded properties one message may carry (a 16-bit length on the wire).
+const MAX_PROPERTIES_BYTES: usize = i16::MAX as usize;
+
+/// Longest message id stored on a row (`broker_msg_id` is `VARCHAR(128)`).
+const MAX_MSG_ID_CHARS: usize = 128;
+
+/// The client's own error codes (`ClientErrorCode` in the client, which does not export them).
+mod client_code {
+    pub const CONNECT_BROKER_EXCEPTION: i32 = 10001;
+    pub const ACCESS_BROKER_TIMEOUT: i32 = 10002;
+    pub const BROKER_NOT_EXIST_EXCEPTION: i32 = 10003;
+    pub const NO_NAME_SERVER_EXCEPTION: i32 = 10004;
+    pub const NOT_FOUND_TOPIC_EXCEPTION: i32 = 10005;
+    pub const REQUEST_TIMEOUT_EXCEPTION: i32 = 10006;
+}
+
+/// Broker response codes that mean "the broker as a whole cannot take messages now".
+mod broker_code {
+    pub const SYSTEM_BUSY: i32 = 2;
+    pub const SERVICE_NOT_AVAILABLE: i32 = 14;
+    pub const FLUSH_DISK_TIMEOUT: i32 = 10;
+    pub const SLAVE_NOT_AVAILABLE: i32 = 11;
+    pub const FLUSH_SLAVE_TIMEOUT: i32 = 12;
+}
+
+struct Live {
+    owner: RuntimeOwner,
+    client_runtime: Arc<ClientRuntime>,
+    producer: DefaultMQProducer,
+    telemetry: TelemetryRuntimeGuard,
+}
+
+/// Publishes events to Apache RocketMQ through one producer. See the module documentation.
+pub struct RocketMqPublisher {
+    live: RwLock<Option<Live>>,
+    tag_source: TagSource,
+    namesrv: String,
+    producer_group: String,
+    acl: bool,
+    batch_max_bytes: usize,
+    /// False after a publish call in which the broker was unreachable for every event; true again
+    /// after any call that reached it.
+    reachable: AtomicBool,
+}
+
+impl fmt::Debug for RocketMqPublisher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the access or secret key: only whether ACL is on.
+        f.debug_struct("RocketMqPublisher")
+            .field("namesrv", &self.namesrv)
+            .field("producer_group", &self.producer_group)
+            .field("acl", &if self.acl { "on" } else { "off" })
+            .field("tag_source", &self.tag_source)
+            .field("running", &self.live.read().is_some())
+            .finish()
+    }
+}
+
+fn publisher_error(what: &str, e: impl fmt::Display) -> Error {
+    Error::Publisher(format!("RocketMQ {what}: {e}"))
+}
+
+impl RocketMqPublisher {
+    /// Builds the runtime, the client runtime and the producer for `config.rocketmq`, and starts
+    /// the producer. Nothing is sent yet; the first send looks up the topic's route.
+    pub fn start(config: &Config) -> Result<RocketMqPublisher> {
+        let rc = &config.rocketmq;
+        let runtime_config = RuntimeConfig::for_parallelism("outbox-rocketmq", 2);
+        let owner = RuntimeOwner::plan(runtime_config)
+            .map_err(|e| publisher_error("runtime configuration", e))?
+            .build()
+            .map_err(|e| publisher_error("runtime", e))?;
+        let telemetry = TelemetryRuntimeGuard::noop();
+        let client_runtime = ClientRuntime::try_new(
+            owner.root_context().component("outbox-rocketmq-client"),
+            ClientRuntimeConfig::default(),
+            telemetry.handle(),
+        )
+        .map_err(|e| publisher_error("client runtime", describe(&e)))?;
+
+        let mut client_config = ClientConfig::new();
+        // A distinct instance name per publisher: several relays in one process (tests, demos)
+        // must not share a client id on the broker.
+        client_config.set_instance_name(CheetahString::from_string(format!(
+            "outbox-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        )));
+        let timeout_ms = config.send_timeout.as_millis().clamp(1, u32::MAX as u128) as u32;
+        // The client refuses bodies above its own limit before sending; let it accept whatever
+        // enqueue accepted (payload.max.bytes), so the broker's own limit is the judge.
+        let max_message_size = config.payload_max_bytes.clamp(4 * 1024 * 1024, i32::MAX as usize) as u32;
+        let mut builder = DefaultMQProducer::builder(client_runtime.clone())
+            .client_config(client_config)
+            .producer_group(rc.producer_group.as_str())
+            .name_server_addr(rc.namesrv.as_str())
+            .send_msg_timeout(timeout_ms)
+            .retry_times_when_send_failed(rc.retries)
+            .max_message_size(max_message_size);
+        if let (Some(ak), Some(sk)) = (&rc.access_key, &rc.secret_key) {
+            let credentials = SessionCredentials::with_keys(ak.as_str(), sk.as_str());
+            builder = builder.rpc_hook(Arc::new(AclClientRPCHook::new(credentials)));
+        }
+        let mut producer = builder.build();
+        if let Err(e) = owner.block_on(producer.start()) {
+            let message = describe(&e);
+            shutdown_live(Live {
+                owner,
+                client_runtime,
+                producer,
+                telemetry,
+            });
+            return Err(publisher_error("producer start", message));
+        }
+        log::info!(
+            "RocketMQ producer started: group {}, name server {}, send timeout {} ms, {} client retries{}",
+            rc.producer_group,
+            rc.namesrv,
+            timeout_ms,
+            rc.retries,
+            if rc.access_key.is_some() { ", ACL on" } else { "" }
+        );
+        Ok(RocketMqPublisher {
+            live: RwLock::new(Some(Live {
+                owner,
+                client_runtime,
+                producer,
+                telemetry,
+            })),
+            tag_source: rc.tag_source,
+            namesrv: rc.namesrv.clone(),
+            producer_group: rc.producer_group.clone(),
+            acl: rc.access_key.is_some(),
+            batch_max_bytes: BATCH_MAX_BYTES,
+            reachable: AtomicBool::new(true),
+        })
+    }
+
+    /// Sets the largest encoded size of one broker batch (default [`BATCH_MAX_BYTES`]). Keep it
+    /// below the broker's `maxMessageSize`; a batch the broker refuses is resent message by
+    /// message, so a larger value only costs time (tests use that to exercise the fallback).
+    pub fn with_batch_max_bytes(mut self, bytes: usize) -> Self {
+        self.batch_max_bytes = bytes.max(1);
+        self
+    }
+
+    /// Stops the producer and its runtimes (idempotent; also done on drop).
+    pub fn close(&self) {
+        let live = self.live.write().take();
+        if let Some(live) = live {
+            shutdown_live(live);
+            log::info!("RocketMQ producer {} shut down", self.producer_group);
+        }
+    }
+
+    /// Sends one planned group: alone, or as one batch with a one-by-one fallback when the batch
+    /// is refused for a reason of its content.
+    fn send_group(
+        &self,
+        live: &Live,
+        events: &[&OutboundEvent],
+        mut messages: Vec<Message>,
+        deadline: Instant,
+    ) -> Vec<SendOutcome> {
+        if messages.len() == 1 {
+            let m = messages.pop().expect("one message");
+            return vec![self.send_single(live, m, deadline)];
+        }
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let result = block_on_bounded(
+            live,
+            budget,
+            live.producer.send_batch_with_timeout(messages, millis(budget)),
+        );
+        match result {
+            Ok(Ok(r)) => batch_outcomes(&r, events.len()),
+            Ok(Err(e)) => {
+                let err = to_send_error(&e);
+                if err.kind == FailureKind::Rejected {
+                    // Something in the batch was refused: find out what by sending one by one.
+                    log::debug!(
+                        "batch of {} events refused ({}); sending them one by one",
+                        events.len(),
+                        err.message
+                    );
+                    events
+                        .iter()
+                        .map(|e| match build_message(e, self.tag_source) {
+                            Ok(m) => self.send_single(live, m, deadline),
+                            Err(err) => SendOutcome::Failed(err),
+                        })
+                        .collect()
+                } else {
+                    vec![SendOutcome::Failed(err); events.len()]
+                }
+            }
+            Err(hung) => vec![SendOutcome::Failed(hung); events.len()],
+        }
+    }
+
+    fn send_single(&self, live: &Live, message: Message, deadline: Instant) -> SendOutcome {
+        let budget = deadline.saturating_duration_since(Instant::now());
+        if budget < MIN_SEND_BUDGET {
+            return SendOutcome::Failed(budget_spent());
+        }
+        match block_on_bounded(live, budget, live.producer.send_with_timeout(message, millis(budget))) {
+            Ok(Ok(Some(r))) => single_outcome(&r),
+            Ok(Ok(None)) => SendOutcome::Failed(SendError::timeout("the client returned no send result")),
+            Ok(Err(e)) => SendOutcome::Failed(to_send_error(&e)),
+            Err(hung) => SendOutcome::Failed(hung),
+        }
+    }
+}
+
+impl Publisher for RocketMqPublisher {
+    fn publish(&self, events: &[OutboundEvent], timeout: Duration) -> Vec<SendOutcome> {
+        let deadline = Instant::now() + timeout;
+        let guard = self.live.read();
+        let Some(live) = guard.as_ref() else {
+            let e = SendError::unavailable("the RocketMQ publisher is shut down");
+            return vec![SendOutcome::Failed(e); events.len()];
+        };
+        let mut outcomes: Vec<Option<SendOutcome>> = vec![None; events.len()];
+        // Messages that cannot even be built fail alone; the rest are planned into batches.
+        let mut built: Vec<Option<Message>> = Vec::with_capacity(events.len());
+        let mut sizes = Vec::with_capacity(events.len());
+        for (i, e) in events.iter().enumerate() {
+            match message_size(e, self.tag_source).and_then(|size| Ok((size, build_message(e, self.tag_source)?))) {
+                Ok((size, m)) => {
+                    sizes.push((i, size));
+                    built.push(Some(m));
+                }
+                Err(err) => {
+                    outcomes[i] = Some(SendOutcome::Failed(err));
+                    built.push(None);
+                }
+            }
+        }
+        let mut broker_down: Option<SendError> = None;
+        for group in plan_batches(events, &sizes, self.batch_max_bytes) {
+            let members: Vec<&OutboundEvent> = group.iter().map(|&i| &events[i]).collect();
+            let messages: Vec<Message> = group.iter().filter_map(|&i| built[i].take()).collect();
+            let results = if let Some(e) = &broker_down {
+                // The broker just proved unreachable: do not spend the budget on the rest.
+                vec![SendOutcome::Failed(e.clone()); members.len()]
+            } else if deadline.saturating_duration_since(Instant::now()) < MIN_SEND_BUDGET {
+                vec![SendOutcome::Failed(budget_spent()); members.len()]
+            } else {
+                self.send_group(live, &members, messages, deadline)
+            };
+            for (&i, r) in group.iter().zip(results) {
+                if let SendOutcome::Failed(e) = &r {
+                    if e.kind == FailureKind::Unavailable && broker_down.is_none() {
+                        broker_down = Some(e.clone());
+                    }
+                }
+                outcomes[i] = Some(r);
+            }
+        }
+        let outcomes: Vec<SendOutcome> = outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| SendOutcome::Failed(budget_spent())))
+            .collect();
+        let any_sent = outcomes.iter().any(|o| matches!(o, SendOutcome::Sent { .. }));
+        let all_unavailable = !outcomes.is_empty()
+            && outcomes
+                .iter()
+                .all(|o| matches!(o, SendOutcome::Failed(e) if e.kind == FailureKind::Unavailable));
+        if any_sent {
+            self.reachable.store(true, Ordering::Relaxed);
+        } else if all_unavailable {
+            self.reachable.store(false, Ordering::Relaxed);
+        }
+        outcomes
+    }
+
+    fn is_healthy(&self) -> bool {
+        self.live.read().is_some() && self.reachable.load(Ordering::Relaxed)
+    }
+
+    fn shutdown(&self) {
+        self.close();
+    }
+}
+
+impl Drop for RocketMqPublisher {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Shuts down in the order the client needs: producer, client runtime (both inside the runtime),
+/// then the Tokio runtime, then telemetry. Each step is bounded.
+fn shutdown_live(live: Live) {
+    let Live {
+        owner,
+        client_runtime,
+        mut producer,
+        telemetry,
+    } = live;
+    if tokio::runtime::Handle::try_current().is_ok() {
+        // Called from inside some Tokio runtime (block_on would panic): let Tokio finish in the
+        // background instead.
+        log::warn!("RocketMQ publisher dropped inside an async context; shutting its runtime down in the background");
+        drop(producer);
+        drop(client_runtime);
+        owner.shutdown_background();
+        drop(telemetry);
+        return;
+    }
+    owner.block_on(async {
+        if tokio::time::timeout(SHUTDOWN_STEP, producer.shutdown()).await.is_err() {
+            log::warn!(
+                "RocketMQ producer shutdown took longer than {} s; going on",
+                SHUTDOWN_STEP.as_secs()
+            );
+        }
+        match tokio::time::timeout(SHUTDOWN_STEP, client_runtime.shutdown()).await {
+            Ok(report) if !report.is_healthy() => {
+                log::warn!("RocketMQ client runtime shutdown report: {}", report.to_json())
+            }
+            Ok(_) => {}
+            Err(_) => log::warn!(
+                "RocketMQ client runtime shutdown took longer than {} s; going on",
+                SHUTDOWN_STEP.as_secs()
+            ),
+        }
+    });
+    drop(producer);
+    drop(client_runtime);
+    if let Err(e) = owner.shutdown_runtime_blocking_with_timeout(SHUTDOWN_STEP) {
+        log::warn!("RocketMQ runtime shutdown: {e}");
+    }
+    drop(telemetry);
+}
+
+/// Runs `fut` on the publisher's runtime, giving up (as a timeout) if it outlives its budget by
+/// more than [`HARD_TIMEOUT_SLACK`]: the client enforces the budget itself, this is a backstop.
+fn block_on_bounded<F: std::future::Future>(
+    live: &Live,
+    budget: Duration,
+    fut: F,
+) -> std::result::Result<F::Output, SendError> {
+    live.owner
+        .block_on(async { tokio::time::timeout(budget + HARD_TIMEOUT_SLACK, fut).await })
+        .map_err(|_| {
+            SendError::timeout(format!(
+                "the client did not return within {} ms",
+                (budget + HARD_TIMEOUT_SLACK).as_millis()
+            ))
+        })
+}
+
+fn millis(d: Duration) -> u64 {
+    (d.as_millis() as u64).max(1)
+}
+
+fn budget_spent() -> SendError {
+    SendError::unavailable("the send budget ran out before this message was sent")
+}
+
+/// Splits the buildable events (`sizes`: index and encoded size) into groups sent as one batch
+/// each: same topic, at most `max_bytes` together. A message bigger than that goes alone.
+fn plan_batches(events: &[OutboundEvent], sizes: &[(usize, usize)], max_bytes: usize) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(String, usize, Vec<usize>)> = Vec::new();
+    let mut singles = Vec::new();
+    for &(i, size) in sizes {
+        if size > max_bytes {
+            singles.push(vec![i]);
+            continue;
+        }
+        let topic = &events[i].topic;
+        match groups
+            .iter_mut()
+            .rev()
+            .find(|(t, bytes, _)| t == topic && bytes + size <= max_bytes)
+        {
+            Some((_, bytes, members)) => {
+                *bytes += size;
+                members.push(i);
+            }
+            None => groups.push((topic.clone(), size, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, _, m)| m).chain(singles).collect()
+}
+
+/// The tag of `event`: its own, else its event type (or none), per `tag_source`.
+fn tag_of(event: &OutboundEvent, tag_source: TagSource) -> Option<&str> {
+    match (&event.tag, tag_source) {
+        (Some(t), _) if !t.is_empty() => Some(t.as_str()),
+        (_, TagSource::EventType) => Some(event.event_type.as_str()),
+        (_, TagSource::None) => None,
+    }
+}
+
+/// The user properties of `event`: `eventId`, `eventType`, `bizNo`, then its headers.
+pub fn properties_of(event: &OutboundEvent) -> BTreeMap<String, String> {
+    let mut p = event.headers.clone();
+    p.insert("eventId".into(), event.id.to_string());
+    p.insert("eventType".into(), event.event_type.clone());
+    p.insert("bizNo".into(), event.biz_no.clone());
+    p
+}
+
+/// RocketMQ encodes properties as `name\u{1}value\u{2}`: those characters cannot be sent.
+fn check_property_text(what: &str, s: &str) -> std::result::Result<(), SendError> {
+    if s.contains(['\u{1}', '\u{2}']) {
+        return Err(SendError::rejected(format!(
+            "{what} {s:?} contains a control character RocketMQ uses as a property separator"
+        )));
+    }
+    Ok(())
+}
+
+/// The approximate encoded size of the event's message, after checking that it can be built.
+fn message_size(event: &OutboundEvent, tag_source: TagSource) -> std::result::Result<usize, SendError> {
+    // KEYS, UNIQ_KEY and WAIT, which the client adds.
+    let mut props = 64 + event.id.to_string().len();
+    for (k, v) in properties_of(event) {
+        check_property_text("property name", &k)?;
+        check_property_text("property value", &v)?;
+        props += k.len() + v.len() + 2;
+    }
+    if let Some(tag) = tag_of(event, tag_source) {
+        check_property_text("tag", tag)?;
+        props += tag.len() + 6;
+    }
+    // The wire format stores the properties' length in 16 bits.
+    if props > MAX_PROPERTIES_BYTES {
+        return Err(SendError::rejected(format!(
+            "the message properties take about {props} bytes, more than RocketMQ's {MAX_PROPERTIES_BYTES}"
+        )));
+    }
+    Ok(24 + event.payload.len() + props)
+}
+
+/// Builds the message for `event`.
+pub fn build_message(event: &OutboundEvent, tag_source: TagSource) -> std::result::Result<Message, SendError> {
+    message_size(event, tag_source)?;
+    let mut b = Message::builder()
+        .topic(event.topic.as_str())
+        .key(event.id.to_string())
+        .body(event.payload.clone());
+    if let Some(tag) = tag_of(event, tag_source) {
+        b = b.tags(tag);
+    }
+    for (k, v) in properties_of(event) {
+        b = b
+            .raw_property(k.as_str(), v.as_str())
+            .map_err(|e| SendError::rejected(format!("property {k:?} cannot be sent: {e}")))?;
+    }
+    b.build()
+        .map_err(|e| SendError::rejected(format!("message cannot be built: {e}")))
+}
+
+fn msg_id_of(r: &SendResult) -> Option<String> {
+    r.msg_id
+        .as_ref()
+        .map(|m| m.to_string())
+        .or_else(|| r.offset_msg_id.clone())
+        .filter(|m| !m.is_empty())
+}
+
+fn truncated(mut s: String) -> String {
+    if s.len() > MAX_MSG_ID_CHARS {
+        let mut end = MAX_MSG_ID_CHARS;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+fn status_error(status: SendStatus) -> SendError {
+    // The master stored the message but could not confirm durability or replication: the outcome
+    // is as good as unknown, so it is retried (and may be delivered twice).
+    SendError::timeout(format!("broker stored the message without confirmation: {status:?}"))
+}
+
+fn single_outcome(r: &SendResult) -> SendOutcome {
+    if r.send_status != SendStatus::SendOk {
+        return SendOutcome::Failed(status_error(r.send_status));
+    }
+    SendOutcome::Sent {
+        msg_id: msg_id_of(r).map(truncated),
+    }
+}
+
+/// One outcome per message of a batch. The client reports the message ids of a batch joined by
+/// commas, in order; when that does not match, every event gets the batch's id.
+fn batch_outcomes(r: &SendResult, n: usize) -> Vec<SendOutcome> {
+    if r.send_status != SendStatus::SendOk {
+        return vec![SendOutcome::Failed(status_error(r.send_status)); n];
+    }
+    let id = msg_id_of(r);
+    let parts: Vec<&str> = id.as_deref().map(|s| s.split(',').collect()).unwrap_or_default();
+    if parts.len() == n {
+        parts
+            .into_iter()
+            .map(|p| SendOutcome::Sent {
+                msg_id: Some(truncated(p.to_string())),
+            })
+            .collect()
+    } else {
+        let shared = id.map(truncated);
+        vec![SendOutcome::Sent { msg_id: shared }; n]
+    }
+}
+
+fn to_send_error(e: &ClientError) -> SendError {
+    SendError::new(classify(e), describe(e))
+}
+
+/// A one-line description of a client error: its canonical code and message, plus what the
+/// client or the broker said (never credentials: the client's errors do not carry them).
+pub fn describe(e: &ClientError) -> String {
+    let mut s = e.to_string();
+    if let Some(c) = e.source_ref::<MQClientException>() {
+        if let Some(m) = c.error_message() {
+            // The client appends a FAQ link; keep the message itself.
+            let m = m.split(" For more information").next().unwrap_or(m).trim();
+            s.push_str(&format!(" (client code {}: {m})", c.response_code()));
+        } else {
+            s.push_str(&format!(" (client code {})", c.response_code()));
+        }
+    }
+    if let Some(code) = e.broker_response_code() {
+        let name = match code {
+            1 => " SYSTEM_ERROR",
+            2 => " SYSTEM_BUSY",
+            13 => " MESSAGE_ILLEGAL",
+            14 => " SERVICE_NOT_AVAILABLE",
+            16 => " NO_PERMISSION",
+            17 => " TOPIC_NOT_EXIST",
+            _ => "",
+        };
+        s.push_str(&format!(" (broker response code {code}{name})"));
+        if let Some(m) = e.source_ref::<MQBrokerException>().and_then(|b| b.error_message()) {
+            s.push_str(&format!(": {m}"));
+        }
+    }
+    s
+}
+
+fn is(d: &ErrorDescriptor, candidates: &[&'static ErrorDescriptor]) -> bool {
+    candidates.iter().any(|c| c.code() == d.code())
+}
+
+/// Classifies a client error by its canonical descriptor (and, for the descriptors that wrap a
+/// code, by the client's or the broker's response code).
+///
+/// - [`FailureKind::Unavailable`]: the broker or the name server cannot be reached or has no
+///   route for the topic, the producer is not running, the broker is busy or not serving.
+/// - [`FailureKind::Timeout`]: no answer within the budget; the broker may have stored it.
+/// - [`FailureKind::Rejected`]: the message itself was refused (too large, invalid, bad topic,
+///   no permission), or an error nobody classified (counted, so a poison message ends FAIL).
+pub fn classify(e: &ClientError) -> FailureKind {
+    use rocketmq_error as re;
+    let d = e.descriptor();
+    if is(
+        d,
+        &[
+            &re::TRANSPORT_CONNECTION_FAILED,
+            &re::TRANSPORT_CONNECTION_TIMEOUT,
+            &re::TRANSPORT_DNS_FAILED,
+            &re::TRANSPORT_SESSION_FAILED,
+            &re::TRANSPORT_START_FAILED,
+            &re::TRANSPORT_ENDPOINT_INVALID,
+            &re::TRANSPORT_ADMISSION_QUEUE_SATURATED,
+            &re::TRANSPORT_REMOTE_RATE_LIMITED,
+            &re::TRANSPORT_DISPATCH_FAILED,
+            &re::ROUTE_TOPIC_NOT_FOUND,
+            &re::ROUTE_CLUSTER_NOT_FOUND,
+            &re::BROKER_LOOKUP_NOT_FOUND,
+            &re::BROKER_LEADERSHIP_NOT_MASTER,
+            &re::RPC_BROKER_ADDRESS_NOT_FOUND,
+            &re::CLIENT_LIFECYCLE_NOT_STARTED,
+            &re::CLIENT_LIFECYCLE_SHUTTING_DOWN,
+            &re::CLIENT_LIFECYCLE_INVALID_STATE,
+            &re::CLIENT_COMPONENT_UNAVAILABLE,
+            &re::CORE_LIFECYCLE_NOT_INITIALIZED,
+        ],
+    ) {
+        return FailureKind::Unavailable;
+    }
+    if is(
+        d,
+        &[
+            &re::TRANSPORT_RESPONSE_TIMEOUT,
+            &re::TRANSPORT_WRITE_TIMEOUT,
+            &re::CORE_OPERATION_TIMED_OUT,
+        ],
+    ) {
+        return FailureKind::Timeout;
+    }
+    if is(d, &[&re::BROKER_OPERATION_FAILED]) {
+        return match e.broker_response_code() {
+            Some(broker_code::SYSTEM_BUSY | broker_code::SERVICE_NOT_AVAILABLE) => FailureKind::Unavailable,
+            Some(
+                broker_code::FLUSH_DISK_TIMEOUT | broker_code::FLUSH_SLAVE_TIMEOUT | broker_code::SLAVE_NOT_AVAILABLE,
+            ) => FailureKind::Timeout,
+            _ => FailureKind::Rejected,
+        };
+    }
+    if let Some(c) = e.source_ref::<MQClientException>() {
+        // The client wraps its own conditions in an argument error with a code of its own.
+        return match c.response_code() {
+            client_code::CONNECT_BROKER_EXCEPTION
+            | client_code::BROKER_NOT_EXIST_EXCEPTION
+            | client_code::NO_NAME_SERVER_EXCEPTION
+            | client_code::NOT_FOUND_TOPIC_EXCEPTION => FailureKind::Unavailable,
+            client_code::ACCESS_BROKER_TIMEOUT | client_code::REQUEST_TIMEOUT_EXCEPTION => FailureKind::Timeout,
+            _ => FailureKind::Rejected,
+        };
+    }
+    if is(
+        d,
+        &[
+            &re::BROKER_MESSAGE_TOO_LARGE,
+            &re::BROKER_MESSAGE_INVALID,
+            &re::BROKER_TOPIC_NOT_FOUND,
+            &re::PROTOCOL_MESSAGE_PROPERTY_INVALID,
+            &re::CORE_ARGUMENT_INVALID,
+        ],
+    ) {
+        return FailureKind::Rejected;
+    }
+    // Anything else: go by the descriptor's canonical condition.
+    match d.condition() {
+        CanonicalCondition::Unavailable | CanonicalCondition::ResourceExhausted => FailureKind::Unavailable,
+        CanonicalCondition::DeadlineExceeded => FailureKind::Timeout,
+        _ => FailureKind::Rejected,
+    }
+}
+
+/// A test consumer: reads every message of a topic back from the first offset.
+pub mod testing {
+    use std::collections::{BTreeMap, HashSet};
+    use std::time::{Duration, Instant};
+
+    use cheetah_string::CheetahString;
+    use rocketmq_client_rust::{ClientRuntime, ClientRuntimeConfig, DefaultLitePullConsumer};
+    use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
+    use rocketmq_model::common::message::MessageTrait;
+    use rocketmq_observability::TelemetryRuntimeGuard;
+    use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
+
+    use super::describe;
+
+    /// One message as a consumer sees it.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Consumed {
+        pub msg_id: String,
+        pub topic: String,
+        pub body: Vec<u8>,
+        pub keys: Option<String>,
+        pub tags: Option<String>,
+        /// Every property, the system ones (KEYS, TAGS, UNIQ_KEY, ...) included.
+        pub properties: BTreeMap<String, String>,
+        pub queue_id: i32,
+        pub queue_offset: i64,
+    }
+
+    impl Consumed {
+        /// The `eventId` property parsed as a row id.
+        pub fn event_id(&self) -> Option<u64> {
+            self.properties.get("eventId").and_then(|v| v.parse().ok())
+        }
+    }
+
+    /// What [`read_topic`] found.
+    #[derive(Debug, Clone, Default)]
+    pub struct ReadBack {
+        /// Every message, in the order received (duplicates included).
+        pub messages: Vec<Consumed>,
+        /// Distinct `eventId`s seen.
+        pub distinct: usize,
+        /// Whether the deadline passed before `expected` distinct events arrived.
+        pub timed_out: bool,
+    }
+
+    impl ReadBack {
+        /// Messages received more than once (by `eventId`): total minus distinct.
+        pub fn duplicates(&self) -> usize {
+            self.messages.iter().filter(|m| m.event_id().is_some()).count() - self.distinct
+        }
+    }
+
+    /// Reads `topic` from its first offset with a fresh consumer group until `expected` distinct
+    /// `eventId`s arrived and one more poll brings nothing (so late duplicates are counted too),
+    /// or until `deadline` passes.
+    pub fn read_topic(namesrv: &str, topic: &str, expected: usize, deadline: Duration) -> Result<ReadBack, String> {
+        let end = Instant::now() + deadline;
+        let owner = RuntimeOwner::plan(RuntimeConfig::for_parallelism("outbox-test-consumer", 2))
+            .map_err(|e| e.to_string())?
+            .build()
+            .map_err(|e| e.to_string())?;
+        let telemetry = TelemetryRuntimeGuard::noop();
+        let rt = ClientRuntime::try_new(
+            owner.root_context().component("outbox-test-consumer"),
+            ClientRuntimeConfig::default(),
+            telemetry.handle(),
+        )
+        .map_err(|e| describe(&e))?;
+        let group = format!("outbox_test_{:08x}", rand::random::<u32>());
+        let consumer = DefaultLitePullConsumer::builder(rt.clone())
+            .consumer_group(group.as_str())
+            .name_server_addr(namesrv)
+            .instance_name(group.as_str())
+            .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
+            .auto_commit(false)
+            .build()
+            .map_err(|e| describe(&e))?;
+        let result = owner.block_on(async {
+            consumer.subscribe(topic).await.map_err(|e| describe(&e))?;
+            consumer.start().await.map_err(|e| describe(&e))?;
+            let event_id = CheetahString::from_static_str("eventId");
+            let mut seen = HashSet::new();
+            let mut out = ReadBack::default();
+            loop {
+                let batch = consumer.poll_with_timeout(1000).await;
+                let empty = batch.is_empty();
+                for m in batch {
+                    if let Some(id) = m.property(&event_id) {
+                        seen.insert(id.to_string());
+                    }
+                    out.messages.push(Consumed {
+                        msg_id: m.msg_id().to_string(),
+                        topic: m.topic().to_string(),
+                        body: m.body().map(|b| b.to_vec()).unwrap_or_default(),
+                        keys: m.get_keys().map(|k| k.to_string()),
+                        tags: m.get_tags().map(|t| t.to_string()),
+                        properties: m
+                            .properties()
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect(),
+                        queue_id: m.queue_id(),
+                        queue_offset: m.queue_offset(),
+                    });
+                }
+                out.distinct = seen.len();
+                if out.distinct >= expected && empty {
+                    break;
+                }
+                if Instant::now() >= end {
+                    out.timed_out = out.distinct < expected;
+                    break;
+                }
+            }
+            consumer.shutdown().await;
+            Ok::<_, String>(out)
+        });
+        owner.block_on(async {
+            let _ = rt.shutdown().await;
+        });
+        drop(consumer);
+        drop(rt);
+        let _ = owner.shutdown_runtime_blocking_with_timeout(Duration::from_secs(5));
+        drop(telemetry);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: u64) -> OutboundEvent {
+        OutboundEvent {
+            id,
+            biz_no: format!("ORD-{id}"),
+            event_type: "ORDER_CREATED".into(),
+            payload: b"{}".to_vec(),
+            topic: "T".into(),
+            tag: None,
+            headers: BTreeMap::new(),
+            attempt: 0,
+        }
+    }
+
+    fn err(d: &'static ErrorDescriptor) -> ClientError {
+        ClientError::from_error(rocketmq_error::Error::new(d))
+    }
+
+    #[test]
+    fn broker_unreachable_errors_are_unavailable() {
+        for d in [
+            &rocketmq_error::TRANSPORT_CONNECTION_FAILED,
+            &rocketmq_error::TRANSPORT_CONNECTION_TIMEOUT,
+            &rocketmq_error::ROUTE_TOPIC_NOT_FOUND,
+            &rocketmq_error::CLIENT_LIFECYCLE_NOT_STARTED,
+            &rocketmq_error::TRANSPORT_ADMISSION_QUEUE_SATURATED,
+        ] {
+            assert_eq!(classify(&err(d)), FailureKind::Unavailable, "{}", d.code());
+        }
+        assert_eq!(classify(&ClientError::not_started()), FailureKind::Unavailable);
+        assert_eq!(classify(&ClientError::route_not_found("T")), FailureKind::Unavailable);
+        assert_eq!(
+            classify(&ClientError::broker_not_found("broker-a")),
+            FailureKind::Unavailable
+        );
+        // What the producer returns when it has no route ("No route available", "No route info").
+        for code in [10001, 10003, 10004, 10005] {
+            let e = ClientError::from(MQClientException::new_with_code(code, "No route available"));
+            assert_eq!(classify(&e), FailureKind::Unavailable, "client code {code}");
+        }
+        for code in [2, 14] {
+            let e = ClientError::broker_operation_failed("BROKER_OPERATION", code, "busy");
+            assert_eq!(classify(&e), FailureKind::Unavailable, "broker code {code}");
+        }
+    }
+
+    #[test]
+    fn timeouts_are_unknown_outcomes() {
+        assert_eq!(classify(&ClientError::timeout("send", 3000)), FailureKind::Timeout);
+        assert_eq!(
+            classify(&err(&rocketmq_error::TRANSPORT_RESPONSE_TIMEOUT)),
+            FailureKind::Timeout
+        );
+        let e = ClientError::from(MQClientException::new_with_code(10006, "request timeout"));
+        assert_eq!(classify(&e), FailureKind::Timeout);
+        let e = ClientError::broker_operation_failed("BROKER_OPERATION", 10, "flush disk timeout");
+        assert_eq!(classify(&e), FailureKind::Timeout);
+    }
+
+    #[test]
+    fn message_errors_are_rejected() {
+        // The client's own checks (body too large for its limit, blank topic, ...).
+        let e = ClientError::from(MQClientException::new_with_code(
+            13,
+            "the message body size over max value",
+        ));
+        assert_eq!(classify(&e), FailureKind::Rejected);
+        let e = ClientError::from(MQClientException::new("The specified topic is blank"));
+        assert_eq!(classify(&e), FailureKind::Rejected);
+        // The broker refusing the message.
+        for code in [13, 16, 17, 1] {
+            let e = ClientError::broker_operation_failed("BROKER_OPERATION", code, "refused");
+            assert_eq!(classify(&e), FailureKind::Rejected, "broker code {code}");
+        }
+        let e: ClientError = MQBrokerException::new(13, "message body size exceeds").into();
+        assert_eq!(classify(&e), FailureKind::Rejected);
+        assert!(describe(&e).contains("13"), "{}", describe(&e));
+        assert_eq!(
+            classify(&ClientError::invalid_property("UNIQ_KEY")),
+            FailureKind::Rejected
+        );
+        assert_eq!(
+            classify(&err(&rocketmq_error::BROKER_MESSAGE_TOO_LARGE)),
+            FailureKind::Rejected
+        );
+    }
+
+    #[test]
+    fn descriptions_keep_the_client_message() {
+        let e = ClientError::from(MQClientException::new_with_code(
+            13,
+            "the message body size over max value, MAX: 4",
+        ));
+        let d = describe(&e);
+        assert!(d.contains("client code 13") && d.contains("over max value"), "{d}");
+    }
+
+    #[test]
+    fn message_carries_key_tag_and_properties() {
+        use rocketmq_model::common::message::MessageTrait;
+        let mut e = event(42).clone();
+        e.headers.insert("traceId".into(), "t-1".into());
+        let m = build_message(&e, TagSource::EventType).unwrap();
+        assert_eq!(m.get_keys().unwrap().as_str(), "42");
+        assert_eq!(m.get_tags().unwrap().as_str(), "ORDER_CREATED");
+        let p = |k: &'static str| m.property(&CheetahString::from_static_str(k)).map(|v| v.to_string());
+        assert_eq!(p("eventId").as_deref(), Some("42"));
+        assert_eq!(p("eventType").as_deref(), Some("ORDER_CREATED"));
+        assert_eq!(p("bizNo").as_deref(), Some("ORD-42"));
+        assert_eq!(p("traceId").as_deref(), Some("t-1"));
+        e.tag = Some("VIP".into());
+        assert_eq!(
+            build_message(&e, TagSource::None).unwrap().get_tags().unwrap().as_str(),
+            "VIP"
+        );
+        e.tag = None;
+        assert!(build_message(&e, TagSource::None).unwrap().get_tags().is_none());
+    }
+
+    #[test]
+    fn unsendable_properties_are_rejected_not_sent() {
+        let mut e = event(1);
+        e.headers.insert("UNIQ_KEY".into(), "x".into());
+        assert_eq!(
+            build_message(&e, TagSource::EventType).unwrap_err().kind,
+            FailureKind::Rejected
+        );
+        let mut e = event(2);
+        e.biz_no = "A\u{1}B".into();
+        assert_eq!(
+            build_message(&e, TagSource::EventType).unwrap_err().kind,
+            FailureKind::Rejected
+        );
+        let mut e = event(3);
+        e.headers.insert("big".into(), "x".repeat(40_000));
+        assert_eq!(
+            build_message(&e, TagSource::EventType).unwrap_err().kind,
+            FailureKind::Rejected
+        );
+    }
+
+    #[test]
+    fn batches_respect_topic_and_size() {
+        let mut events: Vec<OutboundEvent> = (0..6).map(event).collect();
+        events[2].topic = "U".into();
+        let sizes: Vec<(usize, usize)> = vec![
+            (0, 100),
+            (1, BATCH_MAX_BYTES - 200),
+            (2, 100),
+            (3, 150),
+            (4, BATCH_MAX_BYTES + 1),
+            (5, 50),
+        ];
+        let groups = plan_batches(&events, &sizes, BATCH_MAX_BYTES);
+        assert_eq!(groups, vec![vec![0, 1], vec![2], vec![3, 5], vec![4]]);
+    }
+
+    #[test]
+    fn batch_ids_are_split_per_message() {
+        let r = SendResult {
+            msg_id: Some(CheetahString::from_string("A,B,C".into())),
+            ..Default::default()
+        };
+        let ids: Vec<_> = batch_outcomes(&r, 3)
+            .into_iter()
+            .map(|o| match o {
+                SendOutcome::Sent { msg_id } => msg_id.unwrap(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(ids, vec!["A", "B", "C"]);
+        let shared = batch_outcomes(&r, 2);
+        assert_eq!(
+            shared[0],
+            SendOutcome::Sent {
+                msg_id: Some("A,B,C".into())
+            }
+        );
+        let not_ok = SendResult {
+            send_status: SendStatus::FlushDiskTimeout,
+            ..Default::default()
+        };
+        assert!(matches!(&batch_outcomes(&not_ok, 1)[0], SendOutcome::Failed(e) if e.kind == FailureKind::Timeout));
+    }
+}
