@@ -34,7 +34,19 @@ impl Error {
     /// opposed to a caller mistake.
     pub fn is_retriable(&self) -> bool {
         match self {
-            Error::Db(e) => !matches!(e, mysql::Error::MySqlError(me) if is_caller_mysql_error(me.code)),
+            Error::Db(mysql::Error::MySqlError(me)) => !is_caller_mysql_error(me.code),
+            Error::Db(mysql::Error::DriverError(d)) => matches!(
+                d,
+                mysql::DriverError::ConnectTimeout
+                    | mysql::DriverError::CouldNotConnect(_)
+                    | mysql::DriverError::Timeout
+                    | mysql::DriverError::PacketOutOfSync
+                    | mysql::DriverError::UnexpectedPacket
+            ),
+            Error::Db(mysql::Error::UrlError(_) | mysql::Error::FromValueError(_) | mysql::Error::FromRowError(_)) => {
+                false
+            }
+            Error::Db(_) => true,
             Error::Publisher(_) => true,
             _ => false,
         }

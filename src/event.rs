@@ -104,8 +104,9 @@ impl NewEvent {
         Ok(())
     }
 
-    /// The headers as stored in the `headers` column (a JSON object), or `None` when empty.
-    pub(crate) fn headers_json(&self) -> Option<String> {
+    /// The headers as stored in the `headers` column (a JSON object), or `None` when empty:
+    /// the value hosts bind for the `headers` parameter of [`crate::insert_statement`].
+    pub fn headers_json(&self) -> Option<String> {
         if self.headers.is_empty() {
             None
         } else {

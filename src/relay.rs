@@ -434,7 +434,10 @@ impl Relay {
             // Enqueue-only: no threads to stop.
             return StopReport::default();
         };
-        let deadline = Instant::now() + timeout;
+        // A huge timeout means "wait as long as it takes" (about a year), never an overflow.
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 86_400));
         let released_before = self.inner.counters.released_unsent.load(Relaxed);
         self.inner.stopping.store(true, SeqCst);
         drop(running.shutdown_tx);
