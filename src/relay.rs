@@ -751,12 +751,7 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>) {
     if let Some(t) = transition {
         log_breaker(inner, t, unavailable.first().map(|(_, e)| e.message.as_str()));
     }
-    let lease_end = inner
-        .leases
-        .lock()
-        .get(&chunk.seq)
-        .map(|l| l.expires)
-        .unwrap_or_else(Instant::now);
+    let lease_end = lease_end(inner, chunk);
     let token = chunk.token;
     if !acks.is_empty() {
         let want = acks.len() as u64;
@@ -869,14 +864,19 @@ fn dead_lettered(inner: &Inner, letters: &[DeadLetter]) {
     }
 }
 
-fn release_chunk_unsent(inner: &Inner, chunk: &Chunk, reason: &str) {
-    let ids = ids_of(&chunk.events);
-    let lease_end = inner
+/// When the chunk's lease ends (now, if it is no longer tracked).
+fn lease_end(inner: &Inner, chunk: &Chunk) -> Instant {
+    inner
         .leases
         .lock()
         .get(&chunk.seq)
         .map(|l| l.expires)
-        .unwrap_or_else(Instant::now);
+        .unwrap_or_else(Instant::now)
+}
+
+fn release_chunk_unsent(inner: &Inner, chunk: &Chunk, reason: &str) {
+    let ids = ids_of(&chunk.events);
+    let lease_end = lease_end(inner, chunk);
     if let Some(n) = with_db_retry(inner, lease_end, "release", || {
         inner.store.release_unsent(chunk.token, &ids, reason)
     }) {
