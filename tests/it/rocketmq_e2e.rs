@@ -78,7 +78,9 @@ fn mq_config(db: &TestDb, topic: &str) -> Config {
     c
 }
 
-fn start_relay(config: &Config, hook: Option<Arc<dyn Fn(&DeadLetter) + Send + Sync>>) -> Relay {
+type Hook = Arc<dyn Fn(&DeadLetter) + Send + Sync>;
+
+fn start_relay(config: &Config, hook: Option<Hook>) -> Relay {
     let publisher = RocketMqPublisher::start(config).expect("publisher starts");
     let mut b = Relay::builder(config.clone()).publisher(Arc::new(publisher));
     if let Some(h) = hook {
@@ -182,7 +184,7 @@ fn payload(n: usize, len: usize) -> Vec<u8> {
         p.push(b'a' + (p.len() % 26) as u8);
     }
     p.extend_from_slice(b"\"}");
-    if n % 5 == 0 {
+    if n.is_multiple_of(5) {
         p.extend_from_slice(&[0xff, 0x00, 0xfe, 0x01]);
     }
     p
@@ -219,7 +221,7 @@ fn ten_thousand_events_from_concurrent_writers_arrive_once_each_through_three_re
                         break;
                     };
                     let k = want.min(k);
-                    let rollback = rand::random::<u32>() % 8 == 0;
+                    let rollback = rand::random::<u32>().is_multiple_of(8);
                     let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
                     let mut written = Vec::new();
                     for _ in 0..k {
@@ -467,7 +469,7 @@ fn a_message_the_broker_refuses_ends_fail_after_max_retry_and_calls_the_hook_onc
     let letters: Arc<Mutex<Vec<DeadLetter>>> = Arc::new(Mutex::new(Vec::new()));
     let hook = {
         let letters = letters.clone();
-        Arc::new(move |d: &DeadLetter| letters.lock().push(d.clone())) as Arc<dyn Fn(&DeadLetter) + Send + Sync>
+        Arc::new(move |d: &DeadLetter| letters.lock().push(d.clone())) as Hook
     };
     // Batches as large as the whole call, so the big message goes in one batch with the others
     // and the broker refuses that batch: the publisher must resend them one by one.
