@@ -26,14 +26,16 @@ pub use error::{ConfigError, Error, Result};
 pub use event::{EventId, NewEvent};
 pub use migrate::{migrate, migrate_table, MigrationReport};
 pub use publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
-pub use relay::{connect, enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, LatencyHook, Relay, RelayBuilder, StopReport};
+pub use relay::{
+    connect, enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, LatencyHook, Relay, RelayBuilder, StopReport,
+};
 pub use stats::{BreakerState, Stats};
 pub use store::{insert_statement, DeadLetter, Gauges, INSERT_PARAMS};
 
-#[cfg(feature = "rocketmq")]
-pub mod rocketmq;
 #[cfg(feature = "jni")]
 pub mod jni;
+#[cfg(feature = "rocketmq")]
+pub mod rocketmq;
 
 /// The publisher that `config.publisher` names: `None` for `publisher = none` (enqueue-only).
 /// RocketMQ needs the `rocketmq` feature; without it this is a config error naming the key.
@@ -46,7 +48,8 @@ pub fn publisher_for(config: &Config) -> Result<Option<std::sync::Arc<dyn Publis
         config::PublisherKind::RocketMq => Err(ConfigError::InvalidValue {
             key: "publisher".into(),
             value: "rocketmq".into(),
-            reason: "this build has no RocketMQ support (cargo feature rocketmq); use publisher=none to enqueue only".into(),
+            reason: "this build has no RocketMQ support (cargo feature rocketmq); use publisher=none to enqueue only"
+                .into(),
         }
         .into()),
     }

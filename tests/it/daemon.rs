@@ -283,11 +283,20 @@ fn the_committed_example_config_documents_every_key_and_loads() {
         "outbox.example.toml is stale: regenerate it with `outboxd config example > outbox.example.toml`"
     );
     for k in outbox::KEYS {
-        assert!(committed.contains(&format!("\"{}\"", k.key)), "{} is not documented", k.key);
+        assert!(
+            committed.contains(&format!("\"{}\"", k.key)),
+            "{} is not documented",
+            k.key
+        );
     }
     // And it is a valid configuration as it stands.
     let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
-    c.env_remove("OUTBOX_DB_URL").args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/outbox.example.toml"), "config", "check"]);
+    c.env_remove("OUTBOX_DB_URL").args([
+        "--config",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/outbox.example.toml"),
+        "config",
+        "check",
+    ]);
     let (code, _, err) = out(c);
     assert_eq!(code, 0, "{err}");
 }
