@@ -49,8 +49,21 @@ fn script(args: &[&str]) -> Result<String, String> {
 
 /// Starts the name server and broker if they are not running (installs them first if missing:
 /// the first run builds them, which takes long) and waits until the broker is registered.
+///
+/// Other programs may share this broker (the demo, the fault runner, the C and Go suites) and
+/// kill or restart it themselves, so a start that loses such a race is tried again.
 fn ensure_broker() {
-    script(&["start"]).unwrap_or_else(|e| panic!("{e}"));
+    let mut errors = Vec::new();
+    for _ in 0..3 {
+        match script(&["start"]) {
+            Ok(_) => return,
+            Err(e) => {
+                eprintln!("{e}");
+                errors.push(e);
+            }
+        }
+    }
+    panic!("the broker did not start: {errors:#?}");
 }
 
 /// Restores the broker when a disruptive test ends, even by a panic.
@@ -373,7 +386,7 @@ fn a_killed_and_restarted_broker_loses_nothing_and_opens_then_closes_the_breaker
             "the relays did not open their breakers while the broker was down"
         );
         let down_for = t0.elapsed();
-        script(&["start"]).unwrap();
+        ensure_broker();
         let restarted = t0.elapsed();
         *outage.lock() = (down_for, restarted);
         eprintln!("kill: both breakers open {down_for:?} after the kill; broker back after {restarted:?}");
