@@ -144,12 +144,17 @@ fn the_same_instance_claiming_twice_is_fenced_by_the_token() {
     let a = start(&cfg, "order-8083-a1b2c3", &rec);
     // Reclaimed by its own reclaimer, claimed again by the same instance, sent by its other worker.
     assert!(wait_until(LONG, || db.count("SUCCESS") == 1));
+    // The counters move just after the rows do: wait for both acks to be recorded.
     assert!(
-        wait_until(LONG, || a.counters().stale_acks == 1),
-        "the first attempt's late ack was not fenced"
+        wait_until(LONG, || {
+            let s = a.counters();
+            s.stale_acks == 1 && s.sent == 1
+        }),
+        "the first attempt's late ack was not fenced: {:?}",
+        a.counters()
     );
     let s = a.counters();
-    assert_eq!(s.sent, 1);
+    assert_eq!((s.sent, s.stale_acks), (1, 1));
     assert!(s.reclaimed >= 1);
     assert_eq!(rec.sends_of(id), 2);
     assert_eq!(owner_of(&db, id).as_deref(), Some("order-8083-a1b2c3"));
