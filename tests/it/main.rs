@@ -1,6 +1,7 @@
 //! One integration-test binary; each module covers one area. Every test uses its own database.
 
 mod admin;
+mod bad_input;
 #[cfg(feature = "daemon")]
 mod daemon;
 mod protocol;
