@@ -30,9 +30,11 @@ use cheetah_string::CheetahString;
 use parking_lot::RwLock;
 use rocketmq_client_rust::{
     AclClientRPCHook, ClientConfig, ClientError, ClientRuntime, ClientRuntimeConfig, DefaultMQProducer,
-    MQBrokerException, MQClientException, SendResult, SendStatus, SessionCredentials,
+    MQBrokerException, MQClientException, MessageQueueSelector, SelectMessageQueueByHash, SendResult, SendStatus,
+    SessionCredentials,
 };
 use rocketmq_error::{CanonicalCondition, ErrorDescriptor};
+use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_model::common::message::message_single::Message;
 use rocketmq_observability::TelemetryRuntimeGuard;
 use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
@@ -91,6 +93,8 @@ struct Live {
 pub struct RocketMqPublisher {
     live: RwLock<Option<Live>>,
     tag_source: TagSource,
+    /// `ordering = per-biz-no`: every message goes alone to the queue its biz_no hashes to.
+    ordered: bool,
     namesrv: String,
     producer_group: String,
     acl: bool,
@@ -185,6 +189,7 @@ impl RocketMqPublisher {
                 telemetry,
             })),
             tag_source: rc.tag_source,
+            ordered: config.ordering == crate::config::Ordering::PerBizNo,
             namesrv: rc.namesrv.clone(),
             producer_group: rc.producer_group.clone(),
             acl: rc.access_key.is_some(),
@@ -260,12 +265,39 @@ impl RocketMqPublisher {
         if budget < MIN_SEND_BUDGET {
             return SendOutcome::Failed(budget_spent());
         }
-        match block_on_bounded(live, budget, live.producer.send_with_timeout(message, millis(budget))) {
-            Ok(Ok(Some(r))) => single_outcome(&r),
-            Ok(Ok(None)) => SendOutcome::Failed(SendError::timeout("the client returned no send result")),
-            Ok(Err(e)) => SendOutcome::Failed(to_send_error(&e)),
-            Err(hung) => SendOutcome::Failed(hung),
+        single_result(block_on_bounded(
+            live,
+            budget,
+            live.producer.send_with_timeout(message, millis(budget)),
+        ))
+    }
+
+    /// Sends one message to the queue its `biz_no` selects (the Java-compatible hash), so all
+    /// events of a key land in one queue in the order they are sent. The relay never has two
+    /// events of a key in flight, so send order is commit order.
+    fn send_ordered(&self, live: &Live, message: Message, biz_no: &str, deadline: Instant) -> SendOutcome {
+        let budget = deadline.saturating_duration_since(Instant::now());
+        if budget < MIN_SEND_BUDGET {
+            return SendOutcome::Failed(budget_spent());
         }
+        let selector = |mqs: &[MessageQueue], m: &Message, key: &String| SelectMessageQueueByHash.select(mqs, m, key);
+        single_result(block_on_bounded(
+            live,
+            budget,
+            live.producer
+                .send_with_selector_timeout(message, selector, biz_no.to_string(), millis(budget)),
+        ))
+    }
+}
+
+fn single_result(
+    result: std::result::Result<rocketmq_client_rust::ClientResult<Option<SendResult>>, SendError>,
+) -> SendOutcome {
+    match result {
+        Ok(Ok(Some(r))) => single_outcome(&r),
+        Ok(Ok(None)) => SendOutcome::Failed(SendError::timeout("the client returned no send result")),
+        Ok(Err(e)) => SendOutcome::Failed(to_send_error(&e)),
+        Err(hung) => SendOutcome::Failed(hung),
     }
 }
 
@@ -294,24 +326,40 @@ impl Publisher for RocketMqPublisher {
             }
         }
         let mut broker_down: Option<SendError> = None;
-        for group in plan_batches(events, &sizes, self.batch_max_bytes) {
-            let members: Vec<&OutboundEvent> = group.iter().map(|&i| &events[i]).collect();
-            let messages: Vec<Message> = group.iter().filter_map(|&i| built[i].take()).collect();
-            let results = if let Some(e) = &broker_down {
-                // The broker just proved unreachable: do not spend the budget on the rest.
-                vec![SendOutcome::Failed(e.clone()); members.len()]
-            } else if deadline.saturating_duration_since(Instant::now()) < MIN_SEND_BUDGET {
-                vec![SendOutcome::Failed(budget_spent()); members.len()]
-            } else {
-                self.send_group(live, &members, messages, deadline)
-            };
-            for (&i, r) in group.iter().zip(results) {
-                if let SendOutcome::Failed(e) = &r {
-                    if e.kind == FailureKind::Unavailable && broker_down.is_none() {
-                        broker_down = Some(e.clone());
+        if self.ordered {
+            for (i, e) in events.iter().enumerate() {
+                let Some(m) = built[i].take() else { continue };
+                let r = match &broker_down {
+                    Some(down) => SendOutcome::Failed(down.clone()),
+                    None => self.send_ordered(live, m, &e.biz_no, deadline),
+                };
+                if let SendOutcome::Failed(err) = &r {
+                    if err.kind == FailureKind::Unavailable && broker_down.is_none() {
+                        broker_down = Some(err.clone());
                     }
                 }
                 outcomes[i] = Some(r);
+            }
+        } else {
+            for group in plan_batches(events, &sizes, self.batch_max_bytes) {
+                let members: Vec<&OutboundEvent> = group.iter().map(|&i| &events[i]).collect();
+                let messages: Vec<Message> = group.iter().filter_map(|&i| built[i].take()).collect();
+                let results = if let Some(e) = &broker_down {
+                    // The broker just proved unreachable: do not spend the budget on the rest.
+                    vec![SendOutcome::Failed(e.clone()); members.len()]
+                } else if deadline.saturating_duration_since(Instant::now()) < MIN_SEND_BUDGET {
+                    vec![SendOutcome::Failed(budget_spent()); members.len()]
+                } else {
+                    self.send_group(live, &members, messages, deadline)
+                };
+                for (&i, r) in group.iter().zip(results) {
+                    if let SendOutcome::Failed(e) = &r {
+                        if e.kind == FailureKind::Unavailable && broker_down.is_none() {
+                            broker_down = Some(e.clone());
+                        }
+                    }
+                    outcomes[i] = Some(r);
+                }
             }
         }
         let outcomes: Vec<SendOutcome> = outcomes

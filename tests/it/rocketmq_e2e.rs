@@ -774,3 +774,60 @@ fn access_keys_never_show_in_debug_output() {
     );
     assert!(debug.contains("acl: \"on\""), "{debug}");
 }
+
+#[test]
+fn per_biz_no_ordering_keeps_commit_order_per_key_in_one_queue() {
+    let _shared = BROKER_LOCK.read();
+    ensure_broker();
+    let db = TestDb::new("e2e_ordered");
+    let topic = unique("E2E_ORDERED");
+    let mut cfg = mq_config(&db, &topic);
+    cfg.ordering = outbox::config::Ordering::PerBizNo;
+    // Events of 12 keys, interleaved over 8 commits: commit (id) order is the order to keep.
+    let mut conn = db.conn();
+    let mut order_of: HashMap<String, Vec<u64>> = HashMap::new();
+    for step in 0..8 {
+        let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+        for key in 0..12 {
+            let biz = format!("ORD-{key}");
+            let id = outbox::enqueue_in_tx(
+                &mut tx,
+                &NewEvent::new(biz.clone(), format!("STEP_{step}"), payload(step, 64)),
+            )
+            .unwrap();
+            order_of.entry(biz).or_default().push(id);
+        }
+        tx.commit().unwrap();
+    }
+    let relays: Vec<Relay> = (0..3)
+        .map(|i| {
+            let mut c = cfg.clone();
+            c.instance_id = Some(format!("ordered-{i}-000000"));
+            start_relay(&c, None)
+        })
+        .collect();
+    assert!(
+        wait_drained(&db, Duration::from_secs(180), "ordered"),
+        "not every event was sent"
+    );
+    for r in &relays {
+        r.stop(Duration::from_secs(10));
+    }
+    let read = read_topic(NAMESRV, &topic, 96, Duration::from_secs(120)).unwrap();
+    assert!(!read.timed_out, "only {} of 96 events read back", read.distinct);
+    let mut seen: HashMap<String, Vec<(i32, i64, u64)>> = HashMap::new();
+    for m in &read.messages {
+        let biz = m.properties.get("bizNo").cloned().unwrap();
+        seen.entry(biz)
+            .or_default()
+            .push((m.queue_id, m.queue_offset, m.event_id().unwrap()));
+    }
+    for (biz, mut msgs) in seen {
+        let queues: HashSet<i32> = msgs.iter().map(|m| m.0).collect();
+        assert_eq!(queues.len(), 1, "{biz} was spread over queues {queues:?}");
+        msgs.sort_by_key(|m| m.1);
+        let mut ids: Vec<u64> = msgs.iter().map(|m| m.2).collect();
+        ids.dedup();
+        assert_eq!(ids, order_of[&biz], "{biz} arrived out of commit order");
+    }
+}
