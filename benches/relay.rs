@@ -327,7 +327,7 @@ fn drain(name: &str, tag: &str, n: u64, instances: usize, tune: impl Fn(&mut Con
     }
     let done = stats.iter().map(|s| s.sent).sum::<u64>();
     let (stmts, commits) = db_delta(&before, &after);
-    Row {
+    let mut row = Row {
         name: name.into(),
         group: "drain",
         events: done,
@@ -339,12 +339,12 @@ fn drain(name: &str, tag: &str, n: u64, instances: usize, tune: impl Fn(&mut Con
         peak_rss_mb: peak_rss_mb(),
         conflicts: Some(stats.iter().map(|s| s.claim_conflicts).sum()),
         possible_dups: Some(stats.iter().map(|s| s.stale_acks + s.reclaimed).sum()),
-        note: if done < n {
-            format!("only {done} of {n} within the deadline")
-        } else {
-            String::new()
-        },
+        ..Default::default()
+    };
+    if done < n {
+        row.note = format!("only {done} of {n} within the deadline");
     }
+    row
 }
 
 /// The seed's defaults (scan every 5 s, batch 20, per-row, one sender): events/s over `secs`.
