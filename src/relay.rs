@@ -113,7 +113,11 @@ struct Inner {
     dead_letter: Option<DeadLetterHook>,
     latency: Option<LatencyHook>,
     leases: Mutex<HashMap<u64, Lease>>,
+    /// Wakes the scanner for new commits (the fast path).
     wake_tx: Sender<()>,
+    /// Wakes the scanner when workers free capacity; heard only while it waits for capacity,
+    /// so the fixed delay between scan rounds holds.
+    capacity_tx: Sender<()>,
     stopping: AtomicBool,
     chunk_seq: AtomicU64,
 }
@@ -217,6 +221,7 @@ impl Relay {
             .unwrap_or_else(|| default_instance_id(&config));
         let store = Store::new(pool, &config, owner);
         let (wake_tx, wake_rx) = bounded(1);
+        let (capacity_tx, capacity_rx) = bounded(1);
         let Some(publisher) = publisher else {
             log::info!(
                 "outbox {} opened enqueue-only on table {} (no publisher)",
@@ -234,6 +239,7 @@ impl Relay {
                     latency,
                     leases: Mutex::new(HashMap::new()),
                     wake_tx,
+                    capacity_tx,
                     stopping: AtomicBool::new(true),
                     chunk_seq: AtomicU64::new(0),
                 }),
@@ -254,6 +260,7 @@ impl Relay {
             latency,
             leases: Mutex::new(HashMap::new()),
             wake_tx,
+            capacity_tx,
             stopping: AtomicBool::new(false),
             chunk_seq: AtomicU64::new(0),
         });
@@ -280,7 +287,7 @@ impl Relay {
             handles.push(spawn(
                 "outbox-scanner".into(),
                 Box::new(move || {
-                    scanner_loop(&inner, chunk_tx, wake_rx, shutdown);
+                    scanner_loop(&inner, chunk_tx, wake_rx, capacity_rx, shutdown);
                     drop(done);
                 }),
             )?);
@@ -501,7 +508,13 @@ fn wait(wake: &Receiver<()>, shutdown: &Receiver<()>, timeout: Duration) {
     }
 }
 
-fn scanner_loop(inner: &Inner, chunk_tx: Sender<Chunk>, wake: Receiver<()>, shutdown: Receiver<()>) {
+fn scanner_loop(
+    inner: &Inner,
+    chunk_tx: Sender<Chunk>,
+    wake: Receiver<()>,
+    capacity: Receiver<()>,
+    shutdown: Receiver<()>,
+) {
     let cfg = &inner.config;
     let mut db_failing = false;
     while !inner.stopping.load(SeqCst) {
@@ -509,7 +522,7 @@ fn scanner_loop(inner: &Inner, chunk_tx: Sender<Chunk>, wake: Receiver<()>, shut
         let free = cfg.max_in_flight.saturating_sub(in_flight);
         if free == 0 {
             // Backpressure: workers wake the scanner as they finish.
-            wait(&wake, &shutdown, cfg.scan_interval);
+            wait(&capacity, &shutdown, cfg.scan_interval);
             continue;
         }
         let permit = inner.breaker.lock().permit(Instant::now());
@@ -654,7 +667,7 @@ fn worker_loop(inner: &Inner, chunks: Receiver<Chunk>) {
 fn finish(inner: &Inner, chunk: &Chunk) {
     inner.leases.lock().remove(&chunk.seq);
     inner.counters.in_flight.fetch_sub(chunk.events.len() as u64, SeqCst);
-    let _ = inner.wake_tx.try_send(());
+    let _ = inner.capacity_tx.try_send(());
 }
 
 fn ids_of(events: &[OutboundEvent]) -> Vec<EventId> {

@@ -515,3 +515,25 @@ fn a_dead_lettered_head_blocks_its_key_when_configured() {
     let (a, b) = dead_head(outbox::config::DeadHeadPolicy::Block);
     assert_eq!((a.as_str(), b.as_str()), ("FAIL", "WAIT"));
 }
+
+#[test]
+fn regression_finished_sends_do_not_cut_the_fixed_delay_between_scans() {
+    let db = TestDb::new("fixeddelay");
+    db.seed(20);
+    let mut cfg = db.config();
+    cfg.scan_interval = Duration::from_secs(3600);
+    cfg.scan_drain = false;
+    cfg.batch_size = 5;
+    let rec = Recorder::new();
+    let relay = start(&cfg, "delay-1-000000", &rec);
+    assert!(wait_until(LONG, || relay.counters().sent == 5));
+    // The next round is an hour away: finishing the first batch must not start it early.
+    assert!(
+        !wait_until(Duration::from_millis(800), || relay.counters().claimed > 5),
+        "a worker's completion started a scan round before the interval"
+    );
+    // A commit's notify still does.
+    relay.notify();
+    assert!(wait_until(LONG, || relay.counters().sent == 10));
+    relay.stop(Duration::from_secs(5));
+}
