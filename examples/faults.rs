@@ -531,6 +531,9 @@ fn restart_mariadb() -> Res<Duration> {
 // ---------------------------------------------------------------------------------------------
 // Writers.
 
+/// (biz_no, id, payload) of an event whose commit returned an error.
+type UncertainEvent = (String, u64, Vec<u8>);
+
 /// What the writers did, by `biz_no` (unique per event).
 #[derive(Default)]
 struct Ledger {
@@ -542,7 +545,7 @@ struct Ledger {
     failed: HashSet<String>,
     /// Transactions whose COMMIT returned an error: (order_no, events). Resolved afterwards by
     /// whether the business row exists.
-    uncertain: Vec<(String, Vec<(String, u64, Vec<u8>)>)>,
+    uncertain: Vec<(String, Vec<UncertainEvent>)>,
     deliberate_rollbacks: u64,
 }
 
@@ -755,6 +758,8 @@ fn fault_run(args: &Args) -> Res<bool> {
     let mut last_print = Instant::now() - Duration::from_secs(10);
     let mut db_down = Duration::ZERO;
     let mut broker_down = Duration::ZERO;
+    let mut broker_back: Option<std::thread::JoinHandle<Result<Duration, String>>> = None;
+    let min_gap = gap.mul_f64(0.3);
     let deadline = Instant::now() + args.deadline;
     let total = args.events as u64;
     let mut drained_at: Option<f64> = None;
@@ -781,6 +786,14 @@ fn fault_run(args: &Args) -> Res<bool> {
         // The next fault, when due.
         if plan.last().is_some_and(|(at, _)| run_start.elapsed() >= *at) {
             let (_, what) = plan.pop().unwrap();
+            // A fault that ran late (a restart took long) does not bunch the next kills up.
+            let earliest = run_start.elapsed() + min_gap;
+            for (at, p) in plan.iter_mut() {
+                if matches!(p, Planned::Kill) && *at < earliest {
+                    *at = earliest;
+                }
+            }
+            plan.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
             match what {
                 Planned::Kill => {
                     let alive: Vec<usize> = (0..slots.len()).filter(|&s| slots[s].is_some()).collect();
@@ -827,14 +840,20 @@ fn fault_run(args: &Args) -> Res<bool> {
                         sending_global: ids.len() as u64,
                         at_risk: ids,
                     });
-                    std::thread::sleep(Duration::from_millis(rng.random_range(3000..6000)));
-                    script(&["start"])?;
-                    broker_down = t0.elapsed();
-                    println!(
-                        "  {:>6.1} s  broker back (down {:.1} s)",
-                        env.t(),
-                        broker_down.as_secs_f64()
-                    );
+                    // Back after a few seconds, while the kills go on.
+                    let down_for = Duration::from_millis(rng.random_range(3000..6000));
+                    let started = env.started;
+                    broker_back = Some(std::thread::spawn(move || -> Result<Duration, String> {
+                        std::thread::sleep(down_for);
+                        script(&["start"]).map_err(|e| e.to_string())?;
+                        let down = t0.elapsed();
+                        println!(
+                            "  {:>6.1} s  broker back (down {:.1} s)",
+                            started.elapsed().as_secs_f64(),
+                            down.as_secs_f64()
+                        );
+                        Ok(down)
+                    }));
                 }
                 Planned::Db => {
                     let ids: HashSet<u64> = env.ids("status = 'SENDING'").unwrap_or_default().into_iter().collect();
@@ -857,6 +876,13 @@ fn fault_run(args: &Args) -> Res<bool> {
                     );
                 }
             }
+        }
+        if broker_back.as_ref().is_some_and(|h| h.is_finished()) {
+            broker_down = broker_back
+                .take()
+                .unwrap()
+                .join()
+                .map_err(|_| "broker restart panicked")??;
         }
         // Progress, and the end condition.
         let writers_done = writers.handles.iter().all(|h| h.is_finished());
@@ -882,7 +908,13 @@ fn fault_run(args: &Args) -> Res<bool> {
                         );
                         last_print = Instant::now();
                     }
-                    if plan.is_empty() && restarts.is_empty() && writers_done && g("WAIT") == 0 && g("SENDING") == 0 {
+                    if plan.is_empty()
+                        && restarts.is_empty()
+                        && broker_back.is_none()
+                        && writers_done
+                        && g("WAIT") == 0
+                        && g("SENDING") == 0
+                    {
                         drained_at = Some(env.t());
                         break;
                     }
@@ -1187,13 +1219,16 @@ type RowState = (String, Option<String>, Option<u64>, Option<String>, Option<Str
 
 fn row_states(env: &Env, ids: &[u64]) -> Res<HashMap<u64, RowState>> {
     let list = ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
-    let rows: Vec<(u64, String, Option<String>, Option<u64>, Option<String>, Option<String>)> = env.conn()?.query(format!(
-        "SELECT id, status, claim_owner, claim_token, CAST(sent_at AS CHAR), broker_msg_id FROM t_event_record WHERE id IN ({list})"
-    ))?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, s, o, t, at, m)| (id, (s, o, t, at, m)))
-        .collect())
+    let rows: Vec<(u64, RowState)> = env.conn()?.query_map(
+        format!(
+            "SELECT id, status, claim_owner, claim_token, CAST(sent_at AS CHAR), broker_msg_id \
+             FROM t_event_record WHERE id IN ({list})"
+        ),
+        |(id, s, o, t, at, m): (u64, String, Option<String>, Option<u64>, Option<String>, Option<String>)| {
+            (id, (s, o, t, at, m))
+        },
+    )?;
+    Ok(rows.into_iter().collect())
 }
 
 fn stale_claim(args: &Args) -> Res<bool> {
