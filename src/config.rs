@@ -515,6 +515,9 @@ impl Config {
         if self.db_url.trim().is_empty() {
             return Err(ConfigError::invalid("db.url", "", "is required"));
         }
+        // The fields are public: check what goes into SQL text even when it was not set by `set`.
+        table_name("table", &self.table)?;
+        topic("topic", &self.topic)?;
         if self.send_timeout * 4 > self.lease {
             return Err(ConfigError::Inconsistent {
                 keys: vec!["send.timeout.ms".into(), "lease.ms".into()],
