@@ -316,7 +316,6 @@ fn empty_and_oversized_payloads_are_refused_naming_the_field_and_the_transaction
 /// (src/config.rs: check `table` with `table_name`) and in `enqueue_in_tx_with` (src/relay.rs),
 /// which builds its INSERT from `config.table` without `validate`. Run it with `--ignored`.
 #[test]
-#[ignore = "fails until Config::validate checks `table` (SQL injection through the public field)"]
 fn a_table_name_with_sql_written_past_set_is_refused_before_any_statement_runs() {
     let db = TestDb::new("bad_table");
     db.conn().query_drop("CREATE TABLE victim (id INT)").unwrap();
