@@ -395,6 +395,16 @@ impl Instance {
     }
 }
 
+/// Whatever path the run takes (an error included), no instance outlives it.
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn free_port() -> Res<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
@@ -480,6 +490,26 @@ fn script(args: &[&str]) -> Res<String> {
     } else {
         Err(format!("scripts/rocketmq {} failed ({}):\n{text}", args.join(" "), out.status).into())
     }
+}
+
+/// `scripts/rocketmq start`, tried up to three times: its readiness check can mistake a broker
+/// that has not exec'd yet for one that exited (it then fails although the broker comes up).
+fn start_broker() -> Res<()> {
+    let mut last = String::new();
+    for attempt in 1..=3 {
+        match script(&["start"]) {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                last = e.to_string();
+                eprintln!("  scripts/rocketmq start failed (attempt {attempt} of 3); checking again in 2 s");
+                std::thread::sleep(Duration::from_secs(2));
+                if script(&["status"]).is_ok() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Err(last.into())
 }
 
 fn mariadb_up() -> bool {
@@ -845,7 +875,7 @@ fn fault_run(args: &Args) -> Res<bool> {
                     let started = env.started;
                     broker_back = Some(std::thread::spawn(move || -> Result<Duration, String> {
                         std::thread::sleep(down_for);
-                        script(&["start"]).map_err(|e| e.to_string())?;
+                        start_broker().map_err(|e| e.to_string())?;
                         let down = t0.elapsed();
                         println!(
                             "  {:>6.1} s  broker back (down {:.1} s)",

@@ -311,10 +311,9 @@ fn empty_and_oversized_payloads_are_refused_naming_the_field_and_the_transaction
 /// `Config::set` refuses such a name (see BAD_VALUES); this is the same name written straight
 /// into the public field, past `set`. No statement may run with it: nothing is dropped.
 ///
-/// Today this FAILS: `Relay::start` runs `SELECT id FROM {table} LIMIT 0` with the name as is,
-/// multi-statement, and the victim table is dropped. The fix belongs in `Config::validate`
-/// (src/config.rs: check `table` with `table_name`) and in `enqueue_in_tx_with` (src/relay.rs),
-/// which builds its INSERT from `config.table` without `validate`. Run it with `--ignored`.
+/// (Before `Config::validate` checked `table`, `Relay::start` ran `SELECT id FROM {table}
+/// LIMIT 0` with it as a multi-statement query and the victim table was dropped. Enqueue is
+/// refused because its INSERT is a prepared statement, which cannot hold several statements.)
 #[test]
 fn a_table_name_with_sql_written_past_set_is_refused_before_any_statement_runs() {
     let db = TestDb::new("bad_table");
