@@ -421,4 +421,6 @@ pub unsafe extern "C" fn outbox_last_error(buf: *mut c_char, len: usize, out_nee
 }
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;
