@@ -30,7 +30,7 @@ pub use relay::{
     connect, enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, LatencyHook, Relay, RelayBuilder, StopReport,
 };
 pub use stats::{BreakerState, Stats};
-pub use store::{insert_statement, DeadLetter, Gauges, INSERT_PARAMS};
+pub use store::{insert_statement, DeadLetter, Gauges, ScanPosition, INSERT_PARAMS};
 
 #[cfg(feature = "jni")]
 pub mod jni;

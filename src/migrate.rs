@@ -37,6 +37,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "create outbox_audit",
         sql: include_str!("../migrations/V4__create_outbox_audit.sql"),
     },
+    Migration {
+        version: 5,
+        description: "biz_no index without status",
+        sql: include_str!("../migrations/V5__biz_no_index_without_status.sql"),
+    },
 ];
 
 const DEFAULT_TABLE: &str = "t_event_record";

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::event::{EventId, NewEvent};
 use crate::publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
 use crate::stats::{Counters, Stats};
-use crate::store::{ClaimRound, Claimed, DeadLetter, Store};
+use crate::store::{ClaimRound, Claimed, DeadLetter, ScanPosition, Store};
 
 /// Called once per dead-lettered event, for alerting. Runs on a relay thread; keep it short.
 pub type DeadLetterHook = Arc<dyn Fn(&DeadLetter) + Send + Sync>;
@@ -517,11 +517,19 @@ fn scanner_loop(
 ) {
     let cfg = &inner.config;
     let mut db_failing = false;
+    // While a backlog drains, each round starts where the last full one ended (see
+    // `ScanPosition`). A round from the head of the index runs after any short round and at
+    // least every scan interval, and finds rows that became due behind the position (commits
+    // that took long, rows a failed claim left behind).
+    let mut position: Option<ScanPosition> = None;
+    let mut last_head_scan = Instant::now();
     while !inner.stopping.load(SeqCst) {
         let in_flight = inner.counters.in_flight.load(SeqCst) as usize;
         let free = cfg.max_in_flight.saturating_sub(in_flight);
-        if free == 0 {
-            // Backpressure: workers wake the scanner as they finish.
+        // Backpressure: claim only when a whole batch fits, so a draining backlog is claimed in
+        // full batches rather than in the slivers that finishing chunks free (each round costs
+        // the same statements whatever its size). Workers wake the scanner as they finish.
+        if free < cfg.batch_size.min(cfg.max_in_flight) {
             wait(&capacity, &shutdown, cfg.scan_interval);
             continue;
         }
@@ -539,8 +547,16 @@ fn scanner_loop(
             }
         };
         let lease_start = Instant::now();
+        if lease_start.duration_since(last_head_scan) >= cfg.scan_interval {
+            position = None;
+        }
+        let from_head = position.is_none();
+        if from_head {
+            last_head_scan = lease_start;
+        }
         let result = catch_unwind(AssertUnwindSafe(|| match cfg.claim_strategy {
-            ClaimStrategy::SkipLocked => inner.store.claim_skip_locked(limit),
+            ClaimStrategy::SkipLocked => inner.store.claim_skip_locked_after(limit, position.as_ref()),
+            // The seed's algorithm, as the seed runs it: always from the head.
             ClaimStrategy::PerRow => inner.store.claim_per_row(limit),
         }));
         let round = match result {
@@ -552,6 +568,7 @@ fn scanner_loop(
                 round
             }
             Ok(Err(e)) => {
+                position = None;
                 Counters::add(&inner.counters.db_errors, 1);
                 if !db_failing {
                     log::warn!("claim failed, retrying every scan interval: {e}");
@@ -564,12 +581,19 @@ fn scanner_loop(
                 continue;
             }
             Err(_) => {
+                position = None;
                 log::error!("claim round panicked; the scanner goes on");
                 wait(&wake, &shutdown, cfg.scan_interval);
                 continue;
             }
         };
         let n = round.claimed.len();
+        let conflicts = round.conflicts as usize;
+        position = if n + conflicts >= limit && cfg.claim_strategy == ClaimStrategy::SkipLocked && cfg.scan_drain {
+            round.last.clone()
+        } else {
+            None
+        };
         Counters::add(&inner.counters.claim_rounds, 1);
         Counters::add(&inner.counters.claimed, n as u64);
         Counters::add(&inner.counters.claim_conflicts, round.conflicts);
@@ -580,7 +604,11 @@ fn scanner_loop(
             inner.counters.in_flight.fetch_add(n as u64, SeqCst);
             dispatch(inner, &chunk_tx, round, lease_start, permit == Permit::Probe);
         }
-        if n == limit && cfg.scan_drain && permit == Permit::Claim {
+        // A full round of candidates means a backlog is waiting: scan again at once. Candidates
+        // another instance took count too (per-row), or racing instances would idle a whole
+        // interval after every lost race. A short round that started at a position only ends
+        // the range after it: the head round follows at once.
+        if (n + conflicts >= limit || !from_head) && cfg.scan_drain && permit == Permit::Claim {
             continue;
         }
         wait(&wake, &shutdown, cfg.scan_interval);

@@ -74,6 +74,41 @@ pub struct ClaimRound {
     pub claimed: Vec<Claimed>,
     /// Candidates another instance took first (per-row strategy only).
     pub conflicts: u64,
+    /// Where the round's scan ended in `idx_status_next_retry` order (the last candidate).
+    pub last: Option<ScanPosition>,
+}
+
+/// A place in the scan order `(next_retry_time, id)`. A round that starts after it skips the
+/// index entries of the rows claimed before it: entries their claims delete-marked, which the
+/// scan would otherwise walk over (and look up) until the server purges them, round after round
+/// of a long drain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanPosition {
+    /// `next_retry_time` as the server printed it (`YYYY-MM-DD hh:mm:ss.fff`).
+    due: String,
+    id: EventId,
+}
+
+impl ScanPosition {
+    /// Checks the text is a plain DATETIME literal before it ever reaches SQL.
+    fn new(due: String, id: EventId) -> Option<ScanPosition> {
+        let plain = !due.is_empty()
+            && due.len() <= 26
+            && due
+                .bytes()
+                .all(|b| b.is_ascii_digit() || matches!(b, b'-' | b':' | b' ' | b'.'));
+        plain.then_some(ScanPosition { due, id })
+    }
+
+    /// The scan condition "strictly after this position", in a form the range optimizer turns
+    /// into two ranges of `idx_status_next_retry` (its columns plus the primary key).
+    fn sql(&self) -> String {
+        format!(
+            " AND (next_retry_time > TIMESTAMP'{due}' OR (next_retry_time = TIMESTAMP'{due}' AND id > {id}))",
+            due = self.due,
+            id = self.id
+        )
+    }
 }
 
 /// Database gauges.
@@ -130,10 +165,25 @@ impl Store {
 
     fn columns() -> &'static str {
         "id, biz_no, event_type, payload, topic, tag, headers, retry_count, \
-         GREATEST(0, TIMESTAMPDIFF(MICROSECOND, create_time, NOW(3))) AS age_us"
+         GREATEST(0, TIMESTAMPDIFF(MICROSECOND, create_time, NOW(3))) AS age_us, next_retry_time"
     }
 
-    fn event_from_row(&self, row: Row) -> (OutboundEvent, Duration) {
+    /// Decodes the scan's rows; also returns the scan position of the last one.
+    fn events_from_rows(&self, rows: Vec<Row>) -> (Vec<(OutboundEvent, Duration)>, Option<ScanPosition>) {
+        let mut last = None;
+        let events = rows
+            .into_iter()
+            .map(|row| {
+                let (event, age, due) = self.event_from_row(row);
+                last = due.and_then(|d| ScanPosition::new(d, event.id));
+                (event, age)
+            })
+            .collect();
+        (events, last)
+    }
+
+    /// One row of [`Store::columns`]: the event, its age, and its `next_retry_time` as text.
+    fn event_from_row(&self, row: Row) -> (OutboundEvent, Duration, Option<String>) {
         type Raw = (
             u64,
             String,
@@ -144,8 +194,10 @@ impl Store {
             Option<String>,
             u32,
             u64,
+            Option<String>,
         );
-        let (id, biz_no, event_type, payload, topic, tag, headers, retry_count, age_us): Raw = mysql::from_row(row);
+        let (id, biz_no, event_type, payload, topic, tag, headers, retry_count, age_us, due): Raw =
+            mysql::from_row(row);
         let event = OutboundEvent {
             id,
             biz_no,
@@ -158,19 +210,25 @@ impl Store {
             headers: parse_headers(id, headers.as_deref()),
             attempt: retry_count,
         };
-        (event, Duration::from_micros(age_us))
+        (event, Duration::from_micros(age_us), due)
     }
 
     /// The scan: due WAIT rows in `idx_status_next_retry` order. With `lock`, it takes row locks
     /// and skips rows locked by other claimers. The ORDER BY follows the index exactly (its columns
     /// plus the primary key), or MariaDB would sort and lock every matching row.
     pub fn scan_sql(&self, limit: usize, lock: bool) -> String {
+        self.scan_sql_after(limit, lock, None)
+    }
+
+    /// [`Store::scan_sql`] starting strictly after `after` (from the head of the index when `None`).
+    pub fn scan_sql_after(&self, limit: usize, lock: bool, after: Option<&ScanPosition>) -> String {
         format!(
             "SELECT {cols} FROM {t} FORCE INDEX (idx_status_next_retry) \
-             WHERE status = 'WAIT' AND next_retry_time <= NOW(3){ordering} \
+             WHERE status = 'WAIT' AND next_retry_time <= NOW(3){after}{ordering} \
              ORDER BY next_retry_time, id LIMIT {limit}{lock}",
             cols = Self::columns(),
             t = self.table,
+            after = after.map(ScanPosition::sql).unwrap_or_default(),
             ordering = self.ordering_sql,
             lock = if lock { " FOR UPDATE SKIP LOCKED" } else { "" },
         )
@@ -191,15 +249,22 @@ impl Store {
     /// The ORDER BY follows `idx_status_next_retry` exactly (`(status, next_retry_time)` plus the
     /// primary key), so only the rows returned are locked, and instances never wait on each other.
     pub fn claim_skip_locked(&self, limit: usize) -> Result<ClaimRound> {
+        self.claim_skip_locked_after(limit, None)
+    }
+
+    /// [`Store::claim_skip_locked`], scanning strictly after `after`: the next round of a drain.
+    /// Rows that become due behind the position are not seen by such a round; a round from the
+    /// head (`None`) finds them.
+    pub fn claim_skip_locked_after(&self, limit: usize, after: Option<&ScanPosition>) -> Result<ClaimRound> {
         let token = new_token();
         let mut conn = self.conn()?;
         let mut tx = conn.start_transaction(TxOpts::default())?;
-        let rows: Vec<Row> = tx.query(self.scan_sql(limit, true))?;
+        let rows: Vec<Row> = tx.query(self.scan_sql_after(limit, true, after))?;
         if rows.is_empty() {
             tx.commit()?;
             return Ok(ClaimRound::default());
         }
-        let events: Vec<(OutboundEvent, Duration)> = rows.into_iter().map(|r| self.event_from_row(r)).collect();
+        let (events, last) = self.events_from_rows(rows);
         tx.query_drop(format!(
             "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3) \
              WHERE id IN ({ids})",
@@ -214,6 +279,7 @@ impl Store {
                 .map(|(event, age)| Claimed { event, token, age })
                 .collect(),
             conflicts: 0,
+            last,
         })
     }
 
@@ -224,9 +290,12 @@ impl Store {
         let token = new_token();
         let mut conn = self.conn()?;
         let rows: Vec<Row> = conn.query(self.scan_sql(limit, false))?;
-        let mut round = ClaimRound::default();
-        for row in rows {
-            let (event, age) = self.event_from_row(row);
+        let (events, last) = self.events_from_rows(rows);
+        let mut round = ClaimRound {
+            last,
+            ..ClaimRound::default()
+        };
+        for (event, age) in events {
             conn.query_drop(format!(
                 "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3) \
                  WHERE id = {id} AND status = 'WAIT' AND retry_count = {rc}",

@@ -56,6 +56,38 @@ fn invalid_events_are_refused_naming_the_field() {
 }
 
 #[test]
+fn a_round_after_a_scan_position_starts_past_it_and_a_head_round_finds_rows_behind_it() {
+    let db = TestDb::new("scanpos");
+    let ids = db.seed(10);
+    let s = store(&db.config(), "pos-1-abcdef");
+    let first = s.claim_skip_locked(4).unwrap();
+    let position = first.last.clone().expect("position of the last claimed row");
+    assert_eq!(first.claimed.last().unwrap().event.id, ids[3]);
+    // A row that becomes due behind the position (a transaction that committed late).
+    let late = db.seed(1)[0];
+    db.conn()
+        .exec_drop(
+            "UPDATE t_event_record SET next_retry_time = NOW(3) - INTERVAL 1 HOUR WHERE id = ?",
+            (late,),
+        )
+        .unwrap();
+    let next = s.claim_skip_locked_after(100, Some(&position)).unwrap();
+    let got: Vec<u64> = next.claimed.iter().map(|c| c.event.id).collect();
+    assert_eq!(
+        got,
+        ids[4..].to_vec(),
+        "a round after the position returns what follows it, in order"
+    );
+    let head = s.claim_skip_locked(100).unwrap();
+    let got: Vec<u64> = head.claimed.iter().map(|c| c.event.id).collect();
+    assert_eq!(
+        got,
+        vec![late],
+        "a round from the head finds the row behind the position"
+    );
+}
+
+#[test]
 fn skip_locked_claimers_get_disjoint_non_empty_batches() {
     let db = TestDb::new("skiplock");
     db.seed(40);

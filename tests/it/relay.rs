@@ -537,3 +537,36 @@ fn regression_finished_sends_do_not_cut_the_fixed_delay_between_scans() {
     assert!(wait_until(LONG, || relay.counters().sent == 10));
     relay.stop(Duration::from_secs(5));
 }
+
+#[test]
+fn regression_rows_due_behind_the_scan_position_are_relayed_during_a_drain() {
+    let db = TestDb::new("behindpos");
+    let backlog = db.seed(1500);
+    let mut cfg = db.config();
+    // No periodic head round: only the drain's own rule can find the rows behind its position.
+    cfg.scan_interval = Duration::from_secs(3600);
+    cfg.batch_size = 10;
+    let rec = Recorder::new();
+    let relay = start(&cfg, "behind-1-000000", &rec);
+    assert!(wait_until(LONG, || relay.counters().sent >= 50));
+    // Rows that become due far behind wherever the drain's scan position is (transactions that
+    // committed late): rounds after the position never see them, a round from the head must.
+    let late = db.seed(5);
+    db.conn()
+        .query_drop(format!(
+            "UPDATE t_event_record SET next_retry_time = NOW(3) - INTERVAL 1 HOUR WHERE id >= {}",
+            late[0]
+        ))
+        .unwrap();
+    let total = backlog.len() + late.len();
+    assert!(
+        wait_until(LONG, || db.count("SUCCESS") == total as u64),
+        "{} of {total} SUCCESS; the late rows: {:?}",
+        db.count("SUCCESS"),
+        late.iter().map(|id| rec.sends_of(*id)).collect::<Vec<_>>()
+    );
+    relay.stop(Duration::from_secs(5));
+    let sent = rec.sent.lock();
+    assert_eq!(sent.len(), total);
+    assert!(sent.values().all(|n| *n == 1), "an event was sent twice");
+}
