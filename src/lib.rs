@@ -27,7 +27,7 @@ pub use event::{EventId, NewEvent};
 pub use migrate::{migrate, migrate_table, MigrationReport};
 pub use publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
 pub use relay::{
-    connect, enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, LatencyHook, Relay, RelayBuilder, StopReport,
+    connect, enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, Delivery, LatencyHook, Relay, RelayBuilder, StopReport,
 };
 pub use stats::{BreakerState, Stats};
 pub use store::{insert_statement, DeadLetter, Gauges, ScanPosition, INSERT_PARAMS};

@@ -23,9 +23,21 @@ use crate::store::{ClaimRound, Claimed, DeadLetter, ScanPosition, Store};
 /// Called once per dead-lettered event, for alerting. Runs on a relay thread; keep it short.
 pub type DeadLetterHook = Arc<dyn Fn(&DeadLetter) + Send + Sync>;
 
-/// Called once per acked event with its commit-to-ack latency (from the row's `create_time`,
-/// DB clock) and how long it was held SENDING by this instance. Runs on a worker thread.
-pub type LatencyHook = Arc<dyn Fn(Duration, Duration) + Send + Sync>;
+/// Called once per acked event with its [`Delivery`] times. Runs on a worker thread; keep it short.
+pub type LatencyHook = Arc<dyn Fn(&Delivery) + Send + Sync>;
+
+/// How long an acked event took, from its commit: measured from the row's `create_time` (DB
+/// clock; the INSERT, a little before the commit, so the figures err on the long side) to the
+/// claim, plus this instance's own clock from the claim on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// Commit to the broker's acknowledgement of the send.
+    pub to_broker: Duration,
+    /// Commit to the row marked SUCCESS.
+    pub to_success: Duration,
+    /// How long this instance held the row SENDING (claim to SUCCESS).
+    pub held: Duration,
+}
 
 /// Rows reclaimed per statement by the reclaimer.
 const RECLAIM_LIMIT: usize = 500;
@@ -58,8 +70,8 @@ pub struct RelayBuilder {
 }
 
 impl RelayBuilder {
-    /// Called per acked event with (commit-to-ack latency, SENDING residence).
-    pub fn latency_hook(mut self, f: impl Fn(Duration, Duration) + Send + Sync + 'static) -> Self {
+    /// Called per acked event with its [`Delivery`] times.
+    pub fn latency_hook(mut self, f: impl Fn(&Delivery) + Send + Sync + 'static) -> Self {
         self.latency = Some(Arc::new(f));
         self
     }
@@ -619,9 +631,11 @@ fn scanner_loop(
 fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
     let cfg = &inner.config;
     let n = round.claimed.len();
-    let per_chunk = n
-        .div_ceil(cfg.workers)
-        .clamp(1, cfg.publish_batch_max.min(cfg.max_in_flight));
+    // As few publish calls as `publish.batch.max` allows, of even sizes: every call costs a
+    // broker round trip and an ack statement whatever its size. Workers run in parallel on the
+    // chunks of consecutive rounds while the scanner claims the next.
+    let max = cfg.publish_batch_max.min(cfg.max_in_flight).max(1);
+    let per_chunk = n.div_ceil(n.div_ceil(max).max(1)).max(1);
     // (claim token, topic, events with their age at the claim)
     type Group = (u64, String, Vec<(OutboundEvent, Duration)>);
     let mut by_topic: Vec<Group> = Vec::new();
@@ -738,7 +752,8 @@ fn process(inner: &Inner, chunk: &Chunk) {
             vec![SendOutcome::Failed(SendError::rejected(msg)); chunk.events.len()]
         }
     };
-    record_outcomes(inner, chunk, outcomes);
+    let broker_acked = chunk.claimed.elapsed();
+    record_outcomes(inner, chunk, outcomes, broker_acked);
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
@@ -748,7 +763,8 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "non-string panic".into())
 }
 
-fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>) {
+/// `broker_acked`: time from the claim to the publisher's answer.
+fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, broker_acked: Duration) {
     let cfg = &inner.config;
     let mut acks = Vec::new();
     let mut acked_ages = Vec::new();
@@ -801,7 +817,11 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>) {
             if let Some(hook) = &inner.latency {
                 let held = chunk.claimed.elapsed();
                 for age in &acked_ages {
-                    hook(*age + held, held);
+                    hook(&Delivery {
+                        to_broker: *age + broker_acked,
+                        to_success: *age + held,
+                        held,
+                    });
                 }
             }
             if got < want {

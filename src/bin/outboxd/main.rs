@@ -284,7 +284,7 @@ fn run(config: Config, drain: Duration) -> outbox::Result<()> {
         builder = builder.publisher(p);
     }
     let l2 = latency.clone();
-    builder = builder.latency_hook(move |a, r| l2.observe(a, r));
+    builder = builder.latency_hook(move |d| l2.observe(d.to_success, d.held));
     let relay = Arc::new(builder.start()?);
     if let Some(addr) = listen {
         metrics::serve(&addr, relay.clone(), latency).map_err(|e| outbox::Error::Publisher(e.to_string()))?;
