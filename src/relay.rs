@@ -136,7 +136,8 @@ struct Inner {
 
 struct Running {
     handles: Vec<JoinHandle<()>>,
-    shutdown_tx: Sender<()>,
+    /// Dropped by the first stop: its disconnection wakes every loop.
+    shutdown_tx: Option<Sender<()>>,
     done_rx: Receiver<()>,
 }
 
@@ -338,7 +339,7 @@ impl Relay {
             inner,
             running: Mutex::new(Some(Running {
                 handles,
-                shutdown_tx,
+                shutdown_tx: Some(shutdown_tx),
                 done_rx,
             })),
             stopped: AtomicBool::new(false),
@@ -440,18 +441,20 @@ impl Relay {
     }
 
     /// Stops claiming, lets sends in flight finish until `timeout`, returns claimed-but-unsent
-    /// events to WAIT under their claim, joins every thread and reports what it did. A second
-    /// call returns at once with `already_stopped`.
+    /// events to WAIT under their claim, joins every thread and reports what it did.
+    ///
+    /// If threads are still running at the deadline (`timed_out`), a later call waits for them
+    /// again, up to its own deadline, and joins them once they have ended; after that, calls
+    /// return at once with `already_stopped`. Concurrent calls wait one after the other.
     pub fn stop(&self, timeout: Duration) -> StopReport {
-        if self.stopped.swap(true, SeqCst) {
+        let first = !self.stopped.swap(true, SeqCst);
+        let mut running = self.running.lock();
+        let Some(r) = running.as_mut() else {
+            // Enqueue-only (no threads), or every thread already joined.
             return StopReport {
-                already_stopped: true,
+                already_stopped: !first,
                 ..Default::default()
             };
-        }
-        let Some(running) = self.running.lock().take() else {
-            // Enqueue-only: no threads to stop.
-            return StopReport::default();
         };
         // A huge timeout means "wait as long as it takes" (about a year), never an overflow.
         let deadline = Instant::now()
@@ -459,26 +462,28 @@ impl Relay {
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 86_400));
         let released_before = self.inner.counters.released_unsent.load(Relaxed);
         self.inner.stopping.store(true, SeqCst);
-        drop(running.shutdown_tx);
+        drop(r.shutdown_tx.take());
         // Every thread holds a clone of the done sender; disconnection means all have ended.
         let timed_out = loop {
-            match running.done_rx.recv_deadline(deadline) {
+            match r.done_rx.recv_deadline(deadline) {
                 Ok(()) => continue,
                 Err(RecvTimeoutError::Disconnected) => break false,
                 Err(RecvTimeoutError::Timeout) => break true,
             }
         };
         if !timed_out {
-            for h in running.handles {
+            let r = running.take().expect("checked above");
+            for h in r.handles {
                 let _ = h.join();
             }
             self.inner.publisher.shutdown();
         }
+        drop(running);
         let report = StopReport {
             released: self.inner.counters.released_unsent.load(Relaxed) - released_before,
             in_flight_at_deadline: self.inner.counters.in_flight.load(Relaxed),
             timed_out,
-            already_stopped: false,
+            already_stopped: !first,
         };
         log::info!("outbox relay {} stopped: {report:?}", self.instance_id());
         report

@@ -205,8 +205,9 @@ func (r *Relay) Notify() error {
 // Stop stops claiming, lets sends in flight finish, returns unsent claimed events and ends the
 // relay threads, waiting at most until ctx's deadline (DefaultStopTimeout if it has none; the
 // wait cannot be cut short by cancellation alone). It returns an error matching ErrTimedOut when
-// the deadline passed first. Idempotent: later calls return nil at once. After it, Notify, Begin
-// and Enqueue fail with ErrStopped; Stats and InsertStatement still work.
+// the deadline passed first; a later Stop waits for the threads still running, up to its own
+// deadline. Once they have ended, later calls return nil at once. After it, Notify, Begin and
+// Enqueue fail with ErrStopped; Stats and InsertStatement still work.
 func (r *Relay) Stop(ctx context.Context) error {
 	timeout := DefaultStopTimeout
 	if d, ok := ctx.Deadline(); ok {

@@ -97,13 +97,15 @@ pub unsafe extern "C" fn outbox_notify(relay: *const outbox_relay) -> outbox_res
 /// Stops the relay: stops claiming, lets sends in flight finish until `timeout_ms`, returns
 /// claimed-but-unsent events to WAIT, and joins the relay threads. Blocks until then. Returns
 /// `OUTBOX_ERR_TIMED_OUT` if some thread was still running at the deadline (its events come
-/// back when their lease expires). Idempotent: later calls return `OUTBOX_OK` at once. After
-/// it, `outbox_notify`, `outbox_tx_begin` and `outbox_enqueue_in_tx` return
+/// back when their lease expires); a later call waits for those threads again, up to its own
+/// deadline, and joins them. Once every thread has ended, calls return `OUTBOX_OK` at once.
+/// After it, `outbox_notify`, `outbox_tx_begin` and `outbox_enqueue_in_tx` return
 /// `OUTBOX_ERR_STOPPED`; `outbox_stats`, `outbox_insert_statement` and transactions already
 /// begun (execute, commit, rollback) still work. The handle must still be freed.
 ///
 /// Thread safety: safe from any thread, concurrently with any call on the same relay except
-/// `outbox_free`; a call made while another stop is in progress returns at once.
+/// `outbox_free`; a call made while another stop is in progress waits for it, then for the
+/// threads itself.
 #[no_mangle]
 pub unsafe extern "C" fn outbox_stop(relay: *mut outbox_relay, timeout_ms: u64) -> outbox_result {
     ffi_boundary!(nonnull(relay) {
@@ -123,8 +125,9 @@ pub unsafe extern "C" fn outbox_stop(relay: *mut outbox_relay, timeout_ms: u64) 
     })
 }
 
-/// Frees a relay handle, stopping it first if needed (with a deadline of the send timeout plus
-/// one second). After it returns the dead-letter callback is never called again. Transactions
+/// Frees a relay handle, stopping it first if needed, or finishing a stop that timed out (with
+/// a deadline of the send timeout plus one second; threads still running after that are left
+/// to end on their own). After it returns the dead-letter callback is never called again. Transactions
 /// begun on it stay usable until freed. NULL is a no-op; freeing twice is undefined behaviour.
 ///
 /// Thread safety: must not run concurrently with any other call on the same relay.

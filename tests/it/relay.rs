@@ -570,3 +570,26 @@ fn regression_rows_due_behind_the_scan_position_are_relayed_during_a_drain() {
     assert_eq!(sent.len(), total);
     assert!(sent.values().all(|n| *n == 1), "an event was sent twice");
 }
+
+#[test]
+fn a_stop_that_times_out_is_finished_by_a_later_stop() {
+    let db = TestDb::new("stoplater");
+    let ids = db.seed(1);
+    let rec = Recorder::with_faults(vec![Fault::Delay {
+        id: ids[0],
+        by: Duration::from_millis(1500),
+        times: 1,
+    }]);
+    let relay = start(&db.config(), "stoplater-1-000000", &rec);
+    assert!(wait_until(LONG, || relay.counters().publish_calls == 1));
+    // The send holds its worker past this deadline.
+    let first = relay.stop(Duration::ZERO);
+    assert!(first.timed_out && !first.already_stopped, "{first:?}");
+    // A later stop waits for it, then joins every thread: the send's ack has landed.
+    let second = relay.stop(LONG);
+    assert!(!second.timed_out && second.already_stopped, "{second:?}");
+    assert_eq!(relay.counters().sent, 1);
+    assert_eq!(db.count("SUCCESS"), 1);
+    let third = relay.stop(Duration::ZERO);
+    assert!(!third.timed_out && third.already_stopped, "{third:?}");
+}

@@ -201,8 +201,10 @@ public final class Outbox implements AutoCloseable {
 
     /**
      * Stops relaying: no new claims, sends in flight may finish until {@code timeout}, claimed but
-     * unsent events go back to WAIT, threads are joined. Idempotent (a second call reports
-     * {@code alreadyStopped}). Enqueueing and {@link #stats()} still work until {@link #close()}.
+     * unsent events go back to WAIT, threads are joined. If threads were still running at the
+     * deadline ({@code timedOut}), a later call waits for them again up to its own deadline.
+     * Later calls report {@code alreadyStopped}. Enqueueing and {@link #stats()} still work until
+     * {@link #close()}.
      */
     public StopReport stop(Duration timeout) {
         try {
