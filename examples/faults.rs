@@ -1203,6 +1203,23 @@ fn fault_run(args: &Args) -> Res<bool> {
         kills >= args.kills,
         format!("only {kills} of {} kills happened", args.kills),
     );
+    let happened = |k: fn(&FaultKind) -> bool| faults.iter().filter(|f| k(&f.kind)).count();
+    check(
+        happened(|k| matches!(k, FaultKind::Broker)) == usize::from(args.broker_kill),
+        format!(
+            "broker kills: {} happened, {} planned",
+            happened(|k| matches!(k, FaultKind::Broker)),
+            usize::from(args.broker_kill)
+        ),
+    );
+    check(
+        happened(|k| matches!(k, FaultKind::Db)) == usize::from(args.db_restart),
+        format!(
+            "MariaDB restarts: {} happened, {} planned",
+            happened(|k| matches!(k, FaultKind::Db)),
+            usize::from(args.db_restart)
+        ),
+    );
     check(writer_errors.is_empty(), format!("writers failed: {writer_errors:?}"));
     check(
         !back.timed_out,

@@ -200,6 +200,25 @@ pub fn status(pool: &Pool, table: &str) -> Result<StatusReport> {
     })
 }
 
+/// How long the most overdue due WAIT row of each topic (NULL: the default topic) has been due,
+/// judged over the first `sample` due rows in scan order: a range scan of
+/// `idx_status_next_retry` whose cost stays bounded however large the backlog, for metrics
+/// scraped every few seconds. A topic whose oldest due row lies beyond the sample is younger
+/// than the last row of it, and is not listed.
+pub fn oldest_wait_by_topic(pool: &Pool, table: &str, sample: usize) -> Result<Vec<(Option<String>, Duration)>> {
+    let t = checked(table)?;
+    let rows: Vec<(Option<String>, i64)> = pool.get_conn()?.query(format!(
+        "SELECT topic, TIMESTAMPDIFF(MICROSECOND, MIN(next_retry_time), NOW(3)) FROM \
+         (SELECT topic, next_retry_time FROM {t} FORCE INDEX (idx_status_next_retry) \
+          WHERE status = 'WAIT' AND next_retry_time <= NOW(3) ORDER BY next_retry_time, id LIMIT {sample}) due \
+         GROUP BY topic"
+    ))?;
+    Ok(rows
+        .into_iter()
+        .map(|(t, us)| (t, Duration::from_micros(us.max(0) as u64)))
+        .collect())
+}
+
 /// Dead letters matching `filter`, newest first, at most `limit`.
 pub fn list_dead_letters(
     pool: &Pool,

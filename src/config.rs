@@ -188,7 +188,7 @@ impl Default for Config {
             },
             workers: 4,
             publish_batch_max: 128,
-            max_in_flight: 2000,
+            max_in_flight: 1000,
             send_timeout: Duration::from_secs(3),
             payload_max_bytes: 4 * 1024 * 1024,
             topic: "ORDER_EVENT_TOPIC".into(),
@@ -512,14 +512,28 @@ impl Config {
 
     /// Checks the values against each other. [`crate::Relay::start`] calls it.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        match self.problems().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every whole-configuration problem [`Config::validate`] checks, all at once (the daemon
+    /// reports them together).
+    pub fn problems(&self) -> Vec<ConfigError> {
+        let mut out = Vec::new();
         if self.db_url.trim().is_empty() {
-            return Err(ConfigError::invalid("db.url", "", "is required"));
+            out.push(ConfigError::invalid("db.url", "", "is required"));
         }
         // The fields are public: check what goes into SQL text even when it was not set by `set`.
-        table_name("table", &self.table)?;
-        topic("topic", &self.topic)?;
+        if let Err(e) = table_name("table", &self.table) {
+            out.push(e);
+        }
+        if let Err(e) = topic("topic", &self.topic) {
+            out.push(e);
+        }
         if self.send_timeout * 4 > self.lease {
-            return Err(ConfigError::Inconsistent {
+            out.push(ConfigError::Inconsistent {
                 keys: vec!["send.timeout.ms".into(), "lease.ms".into()],
                 reason: format!(
                     "send.timeout.ms = {} must be at most a quarter of lease.ms = {} so that a send ends long before its lease",
@@ -529,7 +543,7 @@ impl Config {
             });
         }
         if self.backoff.max < self.backoff.base {
-            return Err(ConfigError::Inconsistent {
+            out.push(ConfigError::Inconsistent {
                 keys: vec!["backoff.base.ms".into(), "backoff.max.ms".into()],
                 reason: format!(
                     "backoff.max.ms = {} is below backoff.base.ms = {}",
@@ -539,12 +553,12 @@ impl Config {
             });
         }
         if self.rocketmq.access_key.is_some() != self.rocketmq.secret_key.is_some() {
-            return Err(ConfigError::Inconsistent {
+            out.push(ConfigError::Inconsistent {
                 keys: vec!["rocketmq.access.key".into(), "rocketmq.secret.key".into()],
                 reason: "set both or neither".into(),
             });
         }
-        Ok(())
+        out
     }
 }
 

@@ -165,3 +165,67 @@ fn the_retention_thread_purges_in_the_background() {
     assert!(wait_until(Duration::from_secs(30), || db.rows().is_empty()));
     relay.stop(Duration::from_secs(5));
 }
+
+#[test]
+fn dead_letter_actions_keep_to_their_rate_and_filter_by_key_and_time() {
+    let db = TestDb::new("deadrate");
+    let ids = make_dead(&db, 6, "ORDER_PAID");
+    let by_key = DeadLetterFilter {
+        biz_no: Some("ORD-2".into()),
+        ..Default::default()
+    };
+    let listed = admin::list_dead_letters(&db.pool, T, &by_key, 100).unwrap();
+    assert_eq!(listed.iter().map(|d| d.id).collect::<Vec<_>>(), vec![ids[2]]);
+    let before_an_hour_ago = DeadLetterFilter {
+        until: Some(TimeBound::parse("1h").unwrap()),
+        ..Default::default()
+    };
+    assert!(admin::list_dead_letters(&db.pool, T, &before_an_hour_ago, 100)
+        .unwrap()
+        .is_empty());
+
+    // 6 rows at 4 rows/s in batches of 2: the last batch may not start before 1 s (a lower
+    // bound: a slow machine only makes it longer).
+    let rated = BatchOptions {
+        rate_per_sec: 4,
+        ..opts(false)
+    };
+    let started = std::time::Instant::now();
+    let mut batches = Vec::new();
+    let n = admin::act_on_dead_letters(
+        &db.pool,
+        T,
+        &DeadLetterFilter::default(),
+        DeadLetterAction::Replay,
+        &rated,
+        |done, _| batches.push((done, started.elapsed())),
+    )
+    .unwrap();
+    assert_eq!(n, 6);
+    assert_eq!(batches.len(), 3);
+    assert!(
+        batches[2].1 >= Duration::from_secs(1),
+        "rows 5-6 started before 4 rows/s allows: {batches:?}"
+    );
+    assert_eq!(db.count("WAIT"), 6);
+}
+
+#[test]
+fn a_purge_round_stops_at_its_time_limit_and_the_next_goes_on() {
+    let db = TestDb::new("purgetime");
+    db.seed(10);
+    db.conn()
+        .query_drop(
+            "UPDATE t_event_record SET status = 'SUCCESS', next_retry_time = NOW(3) - INTERVAL 2 DAY, update_time = NOW(3) - INTERVAL 2 DAY",
+        )
+        .unwrap();
+    let day = Duration::from_secs(86_400);
+    // No time at all: one batch, then the round yields.
+    assert_eq!(admin::purge(&db.pool, T, day, 3, Duration::ZERO, |_| {}).unwrap(), 3);
+    assert_eq!(db.count("SUCCESS"), 7);
+    assert_eq!(
+        admin::purge(&db.pool, T, day, 3, Duration::from_secs(60), |_| {}).unwrap(),
+        7
+    );
+    assert!(db.rows().is_empty());
+}

@@ -148,15 +148,40 @@ fn migrate_status_dead_letters_and_purge_on_seeded_rows() {
     });
     let list: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(list.as_array().unwrap().len(), 2);
+    // The filters, as flags: by business key, event type and time range.
+    let listed = |args: &[&str]| -> Vec<u64> {
+        let (code, stdout, err) = out({
+            let mut c = outboxd(&db);
+            c.args(["dead-letters", "list", "--json"]).args(args);
+            c
+        });
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["id"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(listed(&["--biz-no", "ORD-1"]), vec![ids[1]]);
+    assert_eq!(listed(&["--event-type", "ORDER_CREATED", "--since", "1h"]).len(), 2);
+    assert!(listed(&["--event-type", "ORDER_PAID"]).is_empty());
+    assert!(listed(&["--until", "1h"]).is_empty(), "both failed within the hour");
+    let (code, _, err) = out({
+        let mut c = outboxd(&db);
+        c.args(["dead-letters", "list", "--since", "yesterday'; DROP TABLE x"]);
+        c
+    });
+    assert_eq!(code, 2, "a bad time is a usage error: {err}");
 
-    // No filter: refused. Dry run: nothing changes. Then a real replay by id.
+    // No filter: refused as a usage error. Dry run: nothing changes. Then a real replay by id.
     let (code, _, err) = out({
         let mut c = outboxd(&db);
         c.args(["dead-letters", "replay"]);
         c
     });
-    assert_ne!(code, 0);
-    assert!(err.contains("filter"), "{err}");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--all") && err.contains("--biz-no"), "{err}");
     let (code, stdout, _) = out({
         let mut c = outboxd(&db);
         c.args(["dead-letters", "replay", "--all", "--dry-run"]);
@@ -204,45 +229,161 @@ fn migrate_status_dead_letters_and_purge_on_seeded_rows() {
     assert_eq!(db.rows().len(), 5);
 }
 
+/// Reads a child's stderr on a thread: lines as they come, and the whole text at the end.
+struct Lines {
+    rx: crossbeam_channel::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Lines {
+    fn of(child: &mut std::process::Child) -> Lines {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let stderr = child.stderr.take().expect("stderr piped");
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Lines { rx, seen: Vec::new() }
+    }
+
+    /// Waits until a line containing `needle` has been printed.
+    fn wait_for(&mut self, needle: &str, limit: Duration) -> bool {
+        if self.seen.iter().any(|l| l.contains(needle)) {
+            return true;
+        }
+        let end = std::time::Instant::now() + limit;
+        while let Ok(line) = self.rx.recv_deadline(end) {
+            let hit = line.contains(needle);
+            self.seen.push(line);
+            if hit {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Everything printed, once the process has ended (its stderr closed).
+    fn all(mut self) -> Vec<String> {
+        self.seen.extend(self.rx.iter());
+        self.seen
+    }
+}
+
+fn signal(child: &std::process::Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{sig}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn exit_code(child: &mut std::process::Child, limit: Duration) -> Option<i32> {
+    let mut exited = None;
+    wait_until(limit, || {
+        exited = child.try_wait().unwrap();
+        exited.is_some()
+    });
+    exited.map(|s| s.code().unwrap_or(-1))
+}
+
+/// A database user with a password, so that what the daemon prints can be checked for it.
+struct PasswordUser {
+    pool: mysql::Pool,
+    name: String,
+    password: String,
+}
+
+impl PasswordUser {
+    fn new(db: &TestDb) -> PasswordUser {
+        let name = format!("u{:08x}", rand::random::<u32>());
+        let password = format!("s3cret{:08x}", rand::random::<u32>());
+        let mut c = db.conn();
+        c.query_drop(format!("CREATE USER '{name}'@'%' IDENTIFIED BY '{password}'"))
+            .unwrap();
+        c.query_drop(format!("GRANT ALL ON {}.* TO '{name}'@'%'", db.name))
+            .unwrap();
+        PasswordUser {
+            pool: db.pool.clone(),
+            name,
+            password,
+        }
+    }
+
+    fn url(&self, db: &TestDb) -> String {
+        format!("mysql://{}:{}@127.0.0.1:3306/{}", self.name, self.password, db.name)
+    }
+}
+
+impl Drop for PasswordUser {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.pool.get_conn() {
+            let _ = c.query_drop(format!("DROP USER IF EXISTS '{}'@'%'", self.name));
+        }
+    }
+}
+
 #[test]
 fn run_relays_serves_metrics_and_drains_on_sigterm() {
     let db = TestDb::new("d_run");
+    let user = PasswordUser::new(&db);
     let port = free_port();
-    let broker = crate::support::broker_available();
+    let broker = cfg!(feature = "rocketmq");
+    #[cfg(feature = "rocketmq")]
+    let _shared = crate::rocketmq_e2e::BROKER_LOCK.read();
+    #[cfg(feature = "rocketmq")]
+    crate::rocketmq_e2e::ensure_broker();
     let mut c = outboxd(&db);
-    c.env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{port}"))
+    c.env("OUTBOX_DB_URL", user.url(&db))
+        .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{port}"))
         .env("OUTBOX_SCAN_INTERVAL_MS", "100")
         .env("OUTBOX_TOPIC", format!("T_{}", db.name))
         .env("OUTBOX_PUBLISHER", if broker { "rocketmq" } else { "none" })
+        .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876")
         .arg("run")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
+    let lines = Lines::of(&mut child);
     assert!(
         wait_until(Duration::from_secs(60), || http_get(port, "/metrics").is_some()),
         "metrics endpoint never came up"
     );
-    let ids = db.seed(20);
+    let ids = db.seed(300);
     if broker {
         assert!(
-            wait_until(Duration::from_secs(120), || db.count("SUCCESS") == 20),
+            wait_until(Duration::from_secs(120), || db.count("SUCCESS") == ids.len() as u64),
             "daemon did not relay"
         );
         let (code, body) = http_get(port, "/healthz").unwrap();
         assert_eq!(code, 200, "{body}");
+        assert_eq!(body.trim(), "db=up broker=up");
     } else {
-        eprintln!("no RocketMQ broker on 127.0.0.1:9876 (or built without it): run checked with publisher=none");
+        eprintln!("built without rocketmq: run checked with publisher=none");
         let (code, body) = http_get(port, "/healthz").unwrap();
         assert_eq!(code, 503, "an enqueue-only daemon reports the broker down: {body}");
     }
     let (code, metrics) = http_get(port, "/metrics").unwrap();
     assert_eq!(code, 200);
     for name in [
-        "outbox_sent_total",
         "outbox_claimed_total",
+        "outbox_claim_conflicts_total",
+        "outbox_sent_total",
+        "outbox_retried_total",
+        "outbox_dead_lettered_total",
+        "outbox_reclaimed_total",
+        "outbox_renewed_total",
         "outbox_breaker_state",
+        "outbox_in_flight",
         "outbox_commit_to_ack_seconds_bucket",
+        "outbox_sending_residence_seconds_bucket",
         "outbox_wait_rows",
+        "outbox_sending_rows",
+        "outbox_fail_rows",
+        "outbox_oldest_wait_age_seconds",
     ] {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
     }
@@ -251,22 +392,73 @@ fn run_relays_serves_metrics_and_drains_on_sigterm() {
             metrics.contains(&format!("outbox_sent_total {}", ids.len())),
             "{metrics}"
         );
+        assert!(
+            metrics.contains(&format!("outbox_commit_to_ack_seconds_count {}", ids.len())),
+            "{metrics}"
+        );
     }
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let mut exited = None;
-    assert!(wait_until(Duration::from_secs(30), || {
-        exited = child.try_wait().unwrap();
-        exited.is_some()
-    }));
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert_eq!(exited.unwrap().code(), Some(0), "{err}");
+    signal(&child, "TERM");
+    assert_eq!(exit_code(&mut child, Duration::from_secs(30)), Some(0));
+    let lines = lines.all();
+    let err = lines.join("\n");
     assert!(err.contains("draining") && err.contains("stopped"), "{err}");
-    assert!(!err.contains("SENT_PER_EVENT"), "no per-event lines at INFO");
+    // The startup line shows the database without its password, and nothing ever prints it.
+    assert!(err.contains(&format!("{}:***@", user.name)), "{err}");
+    assert!(!err.contains(&user.password), "the password was printed:\n{err}");
+    // One line per state change, never one per event.
+    assert!(
+        lines.len() < ids.len() / 10,
+        "{} log lines at INFO for {} events:\n{err}",
+        lines.len(),
+        ids.len()
+    );
+}
+
+/// The first SIGTERM drains; a second one, while the drain waits on a send, exits at once.
+#[cfg(feature = "rocketmq")]
+#[test]
+fn a_second_signal_exits_at_once_while_draining() {
+    let db = TestDb::new("d_sig2");
+    // A "name server" that accepts connections and never answers: sends wait for their timeout.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let held = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let h2 = held.clone();
+    std::thread::spawn(move || {
+        for s in silent.incoming().flatten() {
+            h2.lock().push(s);
+        }
+    });
+    let mut c = outboxd(&db);
+    c.env("OUTBOX_PUBLISHER", "rocketmq")
+        .env("OUTBOX_ROCKETMQ_NAMESRV", format!("127.0.0.1:{silent_port}"))
+        .env("OUTBOX_SEND_TIMEOUT_MS", "30000")
+        .env("OUTBOX_SCAN_INTERVAL_MS", "100")
+        .args(["run", "--drain", "60s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut lines = Lines::of(&mut child);
+    db.seed(1);
+    assert!(
+        wait_until(Duration::from_secs(60), || db.count("SENDING") == 1),
+        "the event was never claimed"
+    );
+    signal(&child, "TERM");
+    assert!(
+        lines.wait_for("draining", Duration::from_secs(30)),
+        "the first signal was not handled"
+    );
+    assert_eq!(child.try_wait().unwrap(), None, "the drain waits for the send");
+    signal(&child, "TERM");
+    assert_eq!(
+        exit_code(&mut child, Duration::from_secs(10)),
+        Some(130),
+        "{}",
+        lines.all().join("\n")
+    );
+    // The event is still SENDING: its lease brings it back, nothing is lost.
+    assert_eq!(db.count("SENDING"), 1);
 }
 
 #[test]

@@ -23,7 +23,7 @@ use crate::support::{wait_until, TestDb};
 const NAMESRV: &str = "127.0.0.1:9876";
 
 /// Shared by tests that only use the broker, taken exclusively by those that kill or pause it.
-static BROKER_LOCK: RwLock<()> = RwLock::new(());
+pub(crate) static BROKER_LOCK: RwLock<()> = RwLock::new(());
 
 fn script(args: &[&str]) -> Result<String, String> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rocketmq");
@@ -52,7 +52,7 @@ fn script(args: &[&str]) -> Result<String, String> {
 ///
 /// Other programs may share this broker (the demo, the fault runner, the C and Go suites) and
 /// kill or restart it themselves, so a start that loses such a race is tried again.
-fn ensure_broker() {
+pub(crate) fn ensure_broker() {
     let mut errors = Vec::new();
     for _ in 0..3 {
         match script(&["start"]) {

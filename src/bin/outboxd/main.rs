@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use outbox::admin::{self, BatchOptions, DeadLetterAction, DeadLetterFilter, TimeBound};
@@ -105,12 +105,15 @@ impl Filter {
             until: self.until.clone(),
         }
     }
-    fn is_empty(&self) -> bool {
-        self.to_filter() == DeadLetterFilter::default()
-    }
 }
 
 #[derive(Args)]
+#[command(group(
+    ArgGroup::new("target")
+        .required(true)
+        .multiple(true)
+        .args(["ids", "event_type", "biz_no", "since", "until", "all"])
+))]
 struct BatchArgs {
     #[command(flatten)]
     filter: Filter,
@@ -379,12 +382,6 @@ fn dead_letters(config: &Config, command: DeadCommand) -> outbox::Result<()> {
         DeadCommand::Replay(a) => (a, DeadLetterAction::Replay),
         DeadCommand::Discard(a) => (a, DeadLetterAction::Discard),
     };
-    if args.filter.is_empty() && !args.all {
-        return Err(outbox::Error::InvalidEvent {
-            field: "filter",
-            reason: "is empty: give --id, --event-type, --biz-no, --since/--until, or --all".into(),
-        });
-    }
     let opts = BatchOptions {
         dry_run: args.dry_run,
         batch: args.batch,

@@ -60,6 +60,9 @@ pub fn load(
     let mut config = Config::default();
     let mut sources: BTreeMap<&'static str, Source> = KEYS.iter().map(|k| (k.key, Source::Default)).collect();
     let mut problems = Vec::new();
+    // Keys whose value was refused: checks across keys that involve them are not reported on
+    // top (they would judge the default standing in for the refused value).
+    let mut refused: Vec<String> = Vec::new();
     let mut apply =
         |config: &mut Config, key: &str, value: &str, source: Source, problems: &mut Vec<Problem>| match config
             .set(key, value)
@@ -69,10 +72,13 @@ pub fn load(
                     sources.insert(k.key, source);
                 }
             }
-            Err(e) => problems.push(Problem {
-                source,
-                error: redact_error(key, e),
-            }),
+            Err(e) => {
+                refused.push(key.to_string());
+                problems.push(Problem {
+                    source,
+                    error: redact_error(key, e),
+                })
+            }
         };
 
     if let Some(path) = file {
@@ -120,17 +126,24 @@ pub fn load(
             }),
         }
     }
-    if problems.is_empty() {
-        if let Err(e) = config.validate() {
-            let source = match &e {
-                ConfigError::InvalidValue { key, .. } => sources.get(key.as_str()).cloned().unwrap_or(Source::Default),
-                _ => Source::Default,
-            };
-            problems.push(Problem {
-                source,
-                error: e.to_string(),
-            });
+    // The checks across keys, all of them, with the source of the keys involved.
+    for e in config.problems() {
+        let keys: Vec<&str> = match &e {
+            ConfigError::UnknownKey { key } | ConfigError::InvalidValue { key, .. } => vec![key.as_str()],
+            ConfigError::Inconsistent { keys, .. } => keys.iter().map(String::as_str).collect(),
+        };
+        if keys.iter().any(|k| refused.iter().any(|r| r == k)) {
+            continue;
         }
+        let source = keys
+            .iter()
+            .filter_map(|k| sources.get(k).cloned())
+            .find(|s| !matches!(s, Source::Default))
+            .unwrap_or(Source::Default);
+        problems.push(Problem {
+            source,
+            error: e.to_string(),
+        });
     }
     if problems.is_empty() {
         Ok(Effective { config, sources })
