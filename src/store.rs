@@ -27,14 +27,16 @@ pub mod status {
 /// Longest `last_error` stored (the column is `VARCHAR(1024)`).
 const MAX_ERROR_CHARS: usize = 1000;
 
-/// The INSERT of one event, with its parameters in this order:
+/// The INSERT of one event into `table`, with its parameters in this order:
 /// `biz_no, event_type, payload, topic, tag, headers` (topic, tag and headers may be NULL;
-/// headers is a JSON object of strings). Status and times are set by the database.
-pub fn insert_statement(table: &str) -> String {
-    format!(
+/// headers is a JSON object of strings). Status and times are set by the database. The table
+/// name is checked like the `table` key, since it goes into the SQL text.
+pub fn insert_statement(table: &str) -> std::result::Result<String, crate::ConfigError> {
+    let table = crate::config::table_name("table", table)?;
+    Ok(format!(
         "INSERT INTO {table} (biz_no, event_type, payload, topic, tag, headers, status, retry_count, next_retry_time) \
          VALUES (?, ?, ?, ?, ?, ?, 'WAIT', 0, NOW(3))"
-    )
+    ))
 }
 
 /// The parameter names of [`insert_statement`], in order.
@@ -478,7 +480,7 @@ impl Store {
 /// Inserts one event through any connection or transaction; returns its id.
 pub(crate) fn insert<Q: Queryable>(q: &mut Q, table: &str, event: &NewEvent) -> Result<EventId> {
     let result = q.exec_iter(
-        insert_statement(table),
+        insert_statement(table)?,
         (
             &event.biz_no,
             &event.event_type,

@@ -190,7 +190,9 @@ pub unsafe extern "C" fn outbox_insert_statement(
 ) -> outbox_result {
     ffi_boundary!(nonnull(relay, out_needed) {
         let relay = &*relay;
-        let sql = crate::insert_statement(&relay.shared.relay.config().table);
+        // The relay's table was checked when it started.
+        let sql = crate::insert_statement(&relay.shared.relay.config().table)
+            .expect("the table of a started relay is valid");
         write_string_out(&sql, buf, len, out_needed)
     })
 }

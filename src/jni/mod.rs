@@ -325,9 +325,7 @@ pub extern "system" fn Java_io_outbox_Native_insertStatement<'l>(
     guard(&mut env, null_mut(), |env| {
         let table = string(env, &table, "table")?;
         // Validated like the `table` key: the name goes into SQL text.
-        let mut c = Config::default();
-        c.set("table", &table)?;
-        jstr(env, crate::insert_statement(&c.table))
+        jstr(env, crate::insert_statement(&table)?)
     })
 }
 

@@ -304,7 +304,14 @@ fn a_row_that_keeps_killing_its_sender_ends_fail_through_reclaims() {
 #[test]
 fn insert_statement_is_the_one_the_bindings_use() {
     let db = TestDb::new("insert");
-    let sql = outbox::insert_statement("t_event_record");
+    let sql = outbox::insert_statement("t_event_record").unwrap();
+    let refused = outbox::insert_statement("t_event_record; DROP TABLE x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("table") && refused.contains("DROP TABLE x"),
+        "{refused}"
+    );
     assert_eq!(
         outbox::INSERT_PARAMS,
         &["biz_no", "event_type", "payload", "topic", "tag", "headers"]
