@@ -435,6 +435,21 @@ size_t outbox_insert_param_count(void);
 const char *outbox_insert_param_name(size_t index);
 
 /**
+ * Writes the value to bind to the `headers` parameter of `outbox_insert_statement` for
+ * `event`: its headers as the library stores them (a JSON object of strings), or the empty
+ * string when it has none (bind NULL then). With `outbox_validate_event` and the statement, a
+ * host that inserts with its own driver stores exactly what `outbox_enqueue_in_tx` would.
+ * `out_needed` receives the size needed, NUL included; `buf` is written only when it is large
+ * enough (else `OUTBOX_ERR_BUFFER_TOO_SMALL`).
+ *
+ * Thread safety: safe from any thread.
+ */
+enum outbox_result outbox_event_headers_json(const struct outbox_event *event,
+                                             char *buf,
+                                             size_t len,
+                                             size_t *out_needed);
+
+/**
  * Checks `event` as `outbox_enqueue_in_tx` would (required fields, lengths, the relay's
  * `payload.max.bytes`, topic characters, reserved header names) without writing anything: for
  * hosts that insert with `outbox_insert_statement`. `OUTBOX_ERR_INVALID_EVENT` names the

@@ -8,11 +8,9 @@ package outbox
 import "C"
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/json"
 	"math"
 	"runtime"
 	"strings"
@@ -378,15 +376,9 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, relay *Relay, ev Event) (int64, 
 	if err != nil {
 		return 0, err
 	}
-	var headers any
-	if len(ev.Headers) > 0 {
-		var b bytes.Buffer
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(ev.Headers); err != nil {
-			return 0, goError(CodeInvalidEvent, "invalid event: headers: %v", err)
-		}
-		headers = strings.TrimRight(b.String(), "\n")
+	headers, err := headersParam(ev)
+	if err != nil {
+		return 0, err
 	}
 	optional := func(s string) any {
 		if s == "" {
@@ -419,4 +411,24 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, relay *Relay, ev Event) (int64, 
 		return 0, err
 	}
 	return res.LastInsertId()
+}
+
+// headersParam is the value of the statement's headers parameter for ev, encoded by the
+// library exactly as Enqueue stores it: nil (NULL) when ev has no headers.
+func headersParam(ev Event) (any, error) {
+	if len(ev.Headers) == 0 {
+		return nil, nil
+	}
+	ce, err := newCEvent(ev)
+	if err != nil {
+		return nil, err
+	}
+	defer ce.free()
+	js, err := readString(func(buf *C.char, n C.size_t, needed *C.size_t) C.enum_outbox_result {
+		return C.outbox_event_headers_json(ce.ev, buf, n, needed)
+	})
+	if err != nil || js == "" {
+		return nil, err
+	}
+	return js, nil
 }

@@ -226,6 +226,27 @@ pub extern "C" fn outbox_insert_param_name(index: usize) -> *const c_char {
     })
 }
 
+/// Writes the value to bind to the `headers` parameter of `outbox_insert_statement` for
+/// `event`: its headers as the library stores them (a JSON object of strings), or the empty
+/// string when it has none (bind NULL then). With `outbox_validate_event` and the statement, a
+/// host that inserts with its own driver stores exactly what `outbox_enqueue_in_tx` would.
+/// `out_needed` receives the size needed, NUL included; `buf` is written only when it is large
+/// enough (else `OUTBOX_ERR_BUFFER_TOO_SMALL`).
+///
+/// Thread safety: safe from any thread.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_event_headers_json(
+    event: *const outbox_event,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> outbox_result {
+    ffi_boundary!(nonnull(event, out_needed) {
+        let ev = super::event::to_new_event(&*event)?;
+        write_string_out(ev.headers_json().as_deref().unwrap_or(""), buf, len, out_needed)
+    })
+}
+
 /// Checks `event` as `outbox_enqueue_in_tx` would (required fields, lengths, the relay's
 /// `payload.max.bytes`, topic characters, reserved header names) without writing anything: for
 /// hosts that insert with `outbox_insert_statement`. `OUTBOX_ERR_INVALID_EVENT` names the

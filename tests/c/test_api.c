@@ -390,6 +390,30 @@ static void test_invalid_events(void) {
   outbox_free(r);
 }
 
+/* The headers parameter of a host-owned insert, encoded by the library: a JSON object, or the
+ * empty string (bind NULL) without headers; buffers written only when large enough. */
+static void test_event_headers_json(void) {
+  outbox_event e = order_event("C-HDR-1");
+  size_t needed = 0;
+  char buf[64];
+  memset(buf, 'x', sizeof buf);
+  CHECK_OK(outbox_event_headers_json(&e, buf, sizeof buf, &needed));
+  CHECK(needed == 1 && buf[0] == '\0');
+  outbox_header hs[2] = {{"source", "c"}, {"quote", "say \"hi\""}};
+  e.headers = hs;
+  e.headers_len = 2;
+  char tiny[4] = {'x', 'x', 'x', 'x'};
+  CHECK_RC(outbox_event_headers_json(&e, tiny, sizeof tiny, &needed), OUTBOX_ERR_BUFFER_TOO_SMALL);
+  CHECK(tiny[0] == 'x');
+  CHECK(needed == strlen("{\"quote\":\"say \\\"hi\\\"\",\"source\":\"c\"}") + 1);
+  CHECK_OK(outbox_event_headers_json(&e, buf, sizeof buf, &needed));
+  CHECK(strcmp(buf, "{\"quote\":\"say \\\"hi\\\"\",\"source\":\"c\"}") == 0);
+  hs[1].key = BAD_UTF8;
+  CHECK_RC(outbox_event_headers_json(&e, buf, sizeof buf, &needed), OUTBOX_ERR_INVALID_UTF8);
+  CHECK_RC(outbox_event_headers_json(NULL, buf, sizeof buf, &needed), OUTBOX_ERR_NULL_ARGUMENT);
+  CHECK_RC(outbox_event_headers_json(&e, buf, sizeof buf, NULL), OUTBOX_ERR_NULL_ARGUMENT);
+}
+
 static void test_insert_statement_and_params(void) {
   outbox_relay *r = test_relay();
   size_t needed = 0;
@@ -579,6 +603,7 @@ int main(int argc, char **argv) {
       {"statement_errors_and_bound_parameters", test_statement_errors_and_bound_parameters},
       {"invalid_events", test_invalid_events},
       {"insert_statement_and_params", test_insert_statement_and_params},
+      {"event_headers_json", test_event_headers_json},
       {"stats", test_stats},
       {"stop_is_idempotent_and_use_after_stop_fails",
        test_stop_is_idempotent_and_use_after_stop_fails},
