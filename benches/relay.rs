@@ -360,7 +360,7 @@ fn drain_with(name: &str, tag: &str, n: u64, instances: usize, tune: impl Fn(&mu
     let (stmts, commits) = db_delta(&before, &after);
     let mut row = Row {
         name: name.into(),
-        group: "drain",
+        group: if broker { "drain" } else { "ceiling" },
         events: done,
         secs,
         eps: done as f64 / secs,
