@@ -291,7 +291,10 @@ impl Env {
         let lease = self.args.lease_ms;
         let mut cmd = Command::new(&self.args.outboxd);
         cmd.env_remove("OUTBOX_CONFIG")
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("OUTBOX_FAULTS_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .env("OUTBOX_DB_URL", &self.url)
             .env("OUTBOX_TOPIC", &self.topic)
             .env("OUTBOX_INSTANCE_ID", &id)

@@ -200,7 +200,7 @@ impl Default for Config {
             rocketmq: RocketMqConfig {
                 namesrv: "127.0.0.1:9876".into(),
                 producer_group: "outbox_producer".into(),
-                retries: 2,
+                retries: 0,
                 access_key: None,
                 secret_key: None,
                 tag_source: TagSource::EventType,
@@ -260,7 +260,7 @@ keys! {
     "publisher" => "rocketmq, or none (this process only enqueues; another instance or outboxd relays)",
     "rocketmq.namesrv" => "RocketMQ name server address(es), host:port;host:port",
     "rocketmq.producer.group" => "producer group",
-    "rocketmq.retries" => "client-side retries of one send, within send.timeout.ms",
+    "rocketmq.retries" => "client-side resends of one send within send.timeout.ms; each is a duplicate the relay cannot count, so 0 leaves retries to the relay (counted, with backoff)",
     "rocketmq.access.key" => "ACL access key (never logged)",
     "rocketmq.secret.key" => "ACL secret key (never logged)",
     "rocketmq.tag.source" => "event-type (tag = the row's event type when it sets none) or none",

@@ -75,12 +75,23 @@ mod client_code {
 
 /// Broker response codes that mean "the broker as a whole cannot take messages now".
 mod broker_code {
+    /// From the name server: no live broker serves the topic. From a broker: it has no such topic.
+    pub const TOPIC_NOT_EXIST: i32 = 17;
     pub const SYSTEM_BUSY: i32 = 2;
     pub const SERVICE_NOT_AVAILABLE: i32 = 14;
     pub const FLUSH_DISK_TIMEOUT: i32 = 10;
     pub const SLAVE_NOT_AVAILABLE: i32 = 11;
     pub const FLUSH_SLAVE_TIMEOUT: i32 = 12;
 }
+
+/// How the message of a send that found no route for its topic begins. Whether that is the
+/// broker's absence (no attempt used) or a topic that does not exist (an attempt) is decided
+/// after the send, by [`RocketMqPublisher::judge_missing_routes`].
+const NO_ROUTE: &str = "no route for the topic";
+
+/// The topic every broker that creates topics on first use registers (`TBW102`): a route for it
+/// or for the default topic shows a live broker.
+const AUTO_CREATE_TOPIC: &str = "TBW102";
 
 struct Live {
     owner: RuntimeOwner,
@@ -99,6 +110,8 @@ pub struct RocketMqPublisher {
     producer_group: String,
     acl: bool,
     batch_max_bytes: usize,
+    /// The configured default topic (`topic`).
+    default_topic: String,
     /// False after a publish call in which the broker was unreachable for every event; true again
     /// after any call that reached it.
     reachable: AtomicBool,
@@ -194,6 +207,7 @@ impl RocketMqPublisher {
             producer_group: rc.producer_group.clone(),
             acl: rc.access_key.is_some(),
             batch_max_bytes: BATCH_MAX_BYTES,
+            default_topic: config.topic.clone(),
             reachable: AtomicBool::new(true),
         })
     }
@@ -290,6 +304,61 @@ impl RocketMqPublisher {
     }
 }
 
+impl RocketMqPublisher {
+    /// Sends that found no route to their topic are the broker's absence (no attempt used) when
+    /// no topic has a route, and a topic that does not exist (an attempt, so the row ends FAIL)
+    /// when the name server has a route for the default topic or the auto-create topic while
+    /// theirs has none. A missing route for the default topic itself always counts as the
+    /// broker's absence: the relay cannot tell, and waiting loses nothing.
+    fn judge_missing_routes(
+        &self,
+        live: &Live,
+        events: &[OutboundEvent],
+        outcomes: &mut [SendOutcome],
+        deadline: Instant,
+    ) {
+        let missing: Vec<usize> = outcomes
+            .iter()
+            .enumerate()
+            .filter(|(i, o)| {
+                matches!(o, SendOutcome::Failed(e) if e.kind == FailureKind::Unavailable && e.message.starts_with(NO_ROUTE))
+                    && events[*i].topic != self.default_topic
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if missing.is_empty() || !self.some_topic_has_a_route(live, deadline) {
+            return;
+        }
+        for i in missing {
+            if let SendOutcome::Failed(e) = &mut outcomes[i] {
+                *e = SendError::rejected(format!(
+                    "topic {} does not exist on the broker (the name server has routes for other topics): {}",
+                    events[i].topic, e.message
+                ));
+            }
+        }
+    }
+
+    /// Whether the name server has a route for the default topic or the auto-create topic, asked
+    /// within what is left of the send budget (no answer: no).
+    fn some_topic_has_a_route(&self, live: &Live, deadline: Instant) -> bool {
+        for topic in [self.default_topic.as_str(), AUTO_CREATE_TOPIC] {
+            let budget = deadline.saturating_duration_since(Instant::now());
+            if budget < MIN_SEND_BUDGET {
+                return false;
+            }
+            let mut producer = live.producer.clone();
+            let found = live
+                .owner
+                .block_on(async { tokio::time::timeout(budget, producer.fetch_publish_message_queues(topic)).await });
+            if matches!(found, Ok(Ok(queues)) if !queues.is_empty()) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
 fn single_result(
     result: std::result::Result<rocketmq_client_rust::ClientResult<Option<SendResult>>, SendError>,
 ) -> SendOutcome {
@@ -362,10 +431,11 @@ impl Publisher for RocketMqPublisher {
                 }
             }
         }
-        let outcomes: Vec<SendOutcome> = outcomes
+        let mut outcomes: Vec<SendOutcome> = outcomes
             .into_iter()
             .map(|o| o.unwrap_or_else(|| SendOutcome::Failed(budget_spent())))
             .collect();
+        self.judge_missing_routes(live, events, &mut outcomes, deadline);
         let any_sent = outcomes.iter().any(|o| matches!(o, SendOutcome::Sent { .. }));
         let all_unavailable = !outcomes.is_empty()
             && outcomes
@@ -615,7 +685,24 @@ fn batch_outcomes(r: &SendResult, n: usize) -> Vec<SendOutcome> {
 }
 
 fn to_send_error(e: &ClientError) -> SendError {
+    if is_route_missing(e) {
+        return SendError::unavailable(format!("{NO_ROUTE}: {}", describe(e)));
+    }
     SendError::new(classify(e), describe(e))
+}
+
+/// Whether the send failed because no route to its topic was found: the name server knows no
+/// live broker serving it. Either every broker is gone (an outage) or the topic does not exist.
+fn is_route_missing(e: &ClientError) -> bool {
+    use rocketmq_error as re;
+    // (A broker that answers a send with TOPIC_NOT_EXIST is up: that topic is refused.)
+    is(e.descriptor(), &[&re::ROUTE_TOPIC_NOT_FOUND])
+        || e.source_ref::<MQClientException>().is_some_and(|c| {
+            matches!(
+                c.response_code(),
+                broker_code::TOPIC_NOT_EXIST | client_code::NOT_FOUND_TOPIC_EXCEPTION
+            )
+        })
 }
 
 /// A one-line description of a client error: its canonical code and message, plus what the
@@ -663,6 +750,9 @@ fn is(d: &ErrorDescriptor, candidates: &[&'static ErrorDescriptor]) -> bool {
 ///   no permission), or an error nobody classified (counted, so a poison message ends FAIL).
 pub fn classify(e: &ClientError) -> FailureKind {
     use rocketmq_error as re;
+    if is_route_missing(e) {
+        return FailureKind::Unavailable;
+    }
     let d = e.descriptor();
     if is(
         d,
@@ -907,11 +997,24 @@ mod tests {
             classify(&ClientError::broker_not_found("broker-a")),
             FailureKind::Unavailable
         );
-        // What the producer returns when it has no route ("No route available", "No route info").
-        for code in [10001, 10003, 10004, 10005] {
+        // What the producer returns when it has no route ("No route available", "No route info"),
+        // and the name server's TOPIC_NOT_EXIST for a topic no live broker serves (a killed broker).
+        for code in [10001, 10003, 10004, 10005, 17] {
             let e = ClientError::from(MQClientException::new_with_code(code, "No route available"));
             assert_eq!(classify(&e), FailureKind::Unavailable, "client code {code}");
         }
+        for e in [
+            ClientError::from(MQClientException::new_with_code(17, "Topic route was not found")),
+            ClientError::route_not_found("T"),
+        ] {
+            assert!(
+                to_send_error(&e).message.starts_with(NO_ROUTE),
+                "judged after the send: {}",
+                describe(&e)
+            );
+        }
+        let connection = to_send_error(&err(&rocketmq_error::TRANSPORT_CONNECTION_FAILED));
+        assert!(!connection.message.starts_with(NO_ROUTE));
         for code in [2, 14] {
             let e = ClientError::broker_operation_failed("BROKER_OPERATION", code, "busy");
             assert_eq!(classify(&e), FailureKind::Unavailable, "broker code {code}");
