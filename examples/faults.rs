@@ -1211,11 +1211,16 @@ fn fault_run(args: &Args) -> Res<bool> {
         kills >= args.kills,
         format!("only {kills} of {} kills happened", args.kills),
     );
-    let planned: [(&str, bool, fn(&FaultKind) -> bool); 2] = [
-        ("broker kills", args.broker_kill, |k| matches!(k, FaultKind::Broker)),
-        ("MariaDB restarts", args.db_restart, |k| matches!(k, FaultKind::Db)),
-    ];
-    for (what, wanted, kind) in planned {
+    let is_broker = |k: &FaultKind| matches!(k, FaultKind::Broker);
+    let is_db = |k: &FaultKind| matches!(k, FaultKind::Db);
+    for (what, wanted, kind) in [
+        (
+            "broker kills",
+            args.broker_kill,
+            &is_broker as &dyn Fn(&FaultKind) -> bool,
+        ),
+        ("MariaDB restarts", args.db_restart, &is_db),
+    ] {
         let happened = faults.iter().filter(|f| kind(&f.kind)).count();
         check(
             happened == usize::from(wanted),
