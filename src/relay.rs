@@ -606,7 +606,13 @@ fn scanner_loop(
         };
         let n = round.claimed.len();
         let conflicts = round.conflicts as usize;
-        position = if n + conflicts >= limit && cfg.claim_strategy == ClaimStrategy::SkipLocked && cfg.scan_drain {
+        // Not with per-biz-no ordering: it leaves a key's later events behind on purpose (until
+        // the earlier one is acked), and a round after the position would not see them.
+        position = if n + conflicts >= limit
+            && cfg.claim_strategy == ClaimStrategy::SkipLocked
+            && cfg.ordering == crate::config::Ordering::None
+            && cfg.scan_drain
+        {
             round.last.clone()
         } else {
             None
