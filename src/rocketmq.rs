@@ -339,8 +339,17 @@ impl RocketMqPublisher {
         }
     }
 
-    /// Whether the name server has a route for the default topic or the auto-create topic, asked
-    /// within what is left of the send budget (no answer: no).
+    /// Whether the name server has a route for the default topic or the auto-create topic (a
+    /// live broker is registered), asked within `timeout`. What a send that finds no route for
+    /// its own topic is judged by.
+    pub fn has_routes(&self, timeout: Duration) -> bool {
+        let guard = self.live.read();
+        guard
+            .as_ref()
+            .is_some_and(|live| self.some_topic_has_a_route(live, Instant::now() + timeout))
+    }
+
+    /// [`RocketMqPublisher::has_routes`], within what is left of a send's budget (no answer: no).
     fn some_topic_has_a_route(&self, live: &Live, deadline: Instant) -> bool {
         for topic in [self.default_topic.as_str(), AUTO_CREATE_TOPIC] {
             let budget = deadline.saturating_duration_since(Instant::now());

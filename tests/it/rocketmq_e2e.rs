@@ -373,8 +373,16 @@ fn a_killed_and_restarted_broker_loses_nothing_and_opens_then_closes_the_breaker
         });
         // Kill the broker once a third is through, keep it down until the breaker opened.
         assert!(wait_until(Duration::from_secs(120), || db.count("SUCCESS") >= (TOTAL / 3) as u64));
+        // What a send without a route is judged by: routes exist while the broker lives...
+        let routes = RocketMqPublisher::start(&cfg).unwrap();
+        assert!(routes.has_routes(Duration::from_secs(3)), "no route with the broker up");
         let t0 = Instant::now();
         script(&["kill-broker"]).unwrap();
+        // ...and none once it is gone, so a missing route uses no attempt.
+        assert!(
+            wait_until(Duration::from_secs(60), || !routes.has_routes(Duration::from_secs(3))),
+            "the name server still has routes with the broker killed"
+        );
         eprintln!(
             "kill: broker killed with {} of {TOTAL} events sent",
             db.count("SUCCESS")
