@@ -177,11 +177,11 @@ impl Store {
             .into_iter()
             .map(|row| {
                 let (event, age, due) = self.event_from_row(row);
-                last = due.and_then(|d| ScanPosition::new(d, event.id));
+                last = due.map(|d| (d, event.id));
                 (event, age)
             })
             .collect();
-        (events, last)
+        (events, last.and_then(|(due, id)| ScanPosition::new(due, id)))
     }
 
     /// One row of [`Store::columns`]: the event, its age, and its `next_retry_time` as text.

@@ -337,12 +337,16 @@ func (r *Relay) insertParams() []string {
 // Validate checks an event as Enqueue would (required fields, lengths, the relay's
 // payload.max.bytes, topic characters, reserved headers), without writing anything.
 func (r *Relay) Validate(ev Event) error {
+	ce, err := newCEvent(ev)
+	if err != nil {
+		return err
+	}
+	defer ce.free()
+	return r.validate(ce)
+}
+
+func (r *Relay) validate(ce *cEvent) error {
 	return r.with(func(h *C.outbox_relay) error {
-		ce, err := newCEvent(ev)
-		if err != nil {
-			return err
-		}
-		defer ce.free()
 		return call(func() C.enum_outbox_result { return C.outbox_validate_event(h, ce.ev, nil, 0) })
 	})
 }

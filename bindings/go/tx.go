@@ -369,14 +369,20 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, relay *Relay, ev Event) (int64, 
 	if tx == nil || relay == nil {
 		return 0, goError(CodeNullArgument, "EnqueueTx needs a transaction and a relay")
 	}
-	if err := relay.Validate(ev); err != nil {
+	// One C copy of the event serves the library's validation and its headers encoding.
+	ce, err := newCEvent(ev)
+	if err != nil {
+		return 0, err
+	}
+	defer ce.free()
+	if err := relay.validate(ce); err != nil {
 		return 0, err
 	}
 	stmt, err := relay.InsertStatement()
 	if err != nil {
 		return 0, err
 	}
-	headers, err := headersParam(ev)
+	headers, err := headersParam(ce, len(ev.Headers) > 0)
 	if err != nil {
 		return 0, err
 	}
@@ -413,17 +419,12 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, relay *Relay, ev Event) (int64, 
 	return res.LastInsertId()
 }
 
-// headersParam is the value of the statement's headers parameter for ev, encoded by the
-// library exactly as Enqueue stores it: nil (NULL) when ev has no headers.
-func headersParam(ev Event) (any, error) {
-	if len(ev.Headers) == 0 {
+// headersParam is the value of the statement's headers parameter for the event, encoded by
+// the library exactly as Enqueue stores it: nil (NULL) when it has no headers.
+func headersParam(ce *cEvent, hasHeaders bool) (any, error) {
+	if !hasHeaders {
 		return nil, nil
 	}
-	ce, err := newCEvent(ev)
-	if err != nil {
-		return nil, err
-	}
-	defer ce.free()
 	js, err := readString(func(buf *C.char, n C.size_t, needed *C.size_t) C.enum_outbox_result {
 		return C.outbox_event_headers_json(ce.ev, buf, n, needed)
 	})

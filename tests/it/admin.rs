@@ -42,7 +42,20 @@ fn status_counts_rows_and_shows_sending_owners() {
     db.conn()
         .query_drop("UPDATE t_event_record SET status = 'SENDING', claim_owner = 'order-1-abcdef', claimed_at = NOW(3) - INTERVAL 5 SECOND WHERE status = 'WAIT' LIMIT 1")
         .unwrap();
+    db.conn()
+        .query_drop(
+            "UPDATE t_event_record SET next_retry_time = NOW(3) - INTERVAL 1 MINUTE WHERE status = 'WAIT' LIMIT 1",
+        )
+        .unwrap();
     let s = admin::status(&db.pool, T).unwrap();
+    assert!(
+        s.oldest_wait_age.unwrap() >= Duration::from_secs(60),
+        "{:?}",
+        s.oldest_wait_age
+    );
+    assert_eq!(s.oldest_wait_by_topic.len(), 1, "{:?}", s.oldest_wait_by_topic);
+    assert_eq!(s.oldest_wait_by_topic[0].0, None, "the rows set no topic");
+    assert_eq!(Some(s.oldest_wait_by_topic[0].1), s.oldest_wait_age);
     assert_eq!(s.counts.get("WAIT"), Some(&2));
     assert_eq!(s.counts.get("SENDING"), Some(&1));
     assert_eq!(s.counts.get("FAIL"), Some(&2));
