@@ -16,6 +16,7 @@ pub mod error;
 pub mod event;
 pub mod ffi;
 pub mod migrate;
+pub mod ordering;
 pub mod publisher;
 pub mod relay;
 pub mod stats;

@@ -42,6 +42,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "biz_no index without status",
         sql: include_str!("../migrations/V5__biz_no_index_without_status.sql"),
     },
+    Migration {
+        version: 6,
+        description: "ordered claim index and queue book",
+        sql: include_str!("../migrations/V6__ordered_claim_index_and_queue_book.sql"),
+    },
 ];
 
 const DEFAULT_TABLE: &str = "t_event_record";

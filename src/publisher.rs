@@ -50,6 +50,15 @@ pub enum FailureKind {
     /// Something about this message (too large, bad topic, broker refused it). Counts as an
     /// attempt; after `max.retry` attempts the row is dead-lettered.
     Rejected,
+    /// Not sent, and not the broker as a whole: with `ordering = per-biz-no`, the broker holding
+    /// the key's queue is down while other brokers are up. The row goes back to WAIT without an
+    /// attempt, due again after `breaker.open.ms` (so the key is not claimed again at once); the
+    /// circuit breaker does not count it.
+    Parked,
+    /// Not sent because an earlier event of the same key failed in this call (ordered mode: a
+    /// key's events go out in order, so the rest of its run waits). Back to WAIT at once without
+    /// an attempt; its key's failed event, now WAIT with its backoff, holds it back.
+    HeldBack,
 }
 
 /// A failed send: its kind and a human-readable reason (stored in `last_error`).
@@ -75,6 +84,12 @@ impl SendError {
     pub fn rejected(message: impl Into<String>) -> Self {
         Self::new(FailureKind::Rejected, message)
     }
+    pub fn parked(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::Parked, message)
+    }
+    pub fn held_back(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::HeldBack, message)
+    }
 }
 
 impl fmt::Display for SendError {
@@ -86,6 +101,11 @@ impl fmt::Display for SendError {
 impl std::error::Error for SendError {}
 
 /// Sends claimed events to a broker.
+///
+/// With `ordering = per-biz-no`, a call holds whole runs of keys: a key's events in id order, and
+/// no other call holds that key at the same time. The publisher sends each key's events in that
+/// order to the key's queue and, once one of them fails, sends none of the key's later events
+/// (their outcome is [`FailureKind::HeldBack`]).
 pub trait Publisher: Send + Sync {
     /// Sends `events` (all with the same topic, at most `publish.batch.max` of them) and returns
     /// exactly one outcome per event, in order. `timeout` is the whole budget for the call; it

@@ -525,6 +525,16 @@ fn wait(wake: &Receiver<()>, shutdown: &Receiver<()>, timeout: Duration) {
     }
 }
 
+/// [`wait`], also woken when a worker finishes a chunk (capacity freed).
+fn wait_or_capacity(wake: &Receiver<()>, capacity: &Receiver<()>, shutdown: &Receiver<()>, timeout: Duration) {
+    select! {
+        recv(wake) -> _ => {},
+        recv(capacity) -> _ => {},
+        recv(shutdown) -> _ => {},
+        default(timeout) => {},
+    }
+}
+
 fn scanner_loop(
     inner: &Inner,
     chunk_tx: Sender<Chunk>,
@@ -533,6 +543,9 @@ fn scanner_loop(
     shutdown: Receiver<()>,
 ) {
     let cfg = &inner.config;
+    let ordered = cfg.ordering == crate::config::Ordering::PerBizNo;
+    // A key's run travels in one publish call.
+    let run_max = cfg.publish_batch_max.min(cfg.max_in_flight).max(1);
     let mut db_failing = false;
     // While a backlog drains, each round starts where the last full one ended (see
     // `ScanPosition`). A round from the head of the index runs after any short round and at
@@ -572,6 +585,8 @@ fn scanner_loop(
             last_head_scan = lease_start;
         }
         let result = catch_unwind(AssertUnwindSafe(|| match cfg.claim_strategy {
+            // Per-key order: runs of keys whose oldest pending event is due, from the head.
+            _ if ordered => inner.store.claim_ordered(limit, run_max),
             ClaimStrategy::SkipLocked => inner.store.claim_skip_locked_after(limit, position.as_ref()),
             // The seed's algorithm, as the seed runs it: always from the head.
             ClaimStrategy::PerRow => inner.store.claim_per_row(limit),
@@ -606,6 +621,7 @@ fn scanner_loop(
         };
         let n = round.claimed.len();
         let conflicts = round.conflicts as usize;
+        let blocked = round.blocked;
         // Not with per-biz-no ordering: it leaves a key's later events behind on purpose (until
         // the earlier one is acked), and a round after the position would not see them.
         position = if n + conflicts >= limit
@@ -620,6 +636,7 @@ fn scanner_loop(
         Counters::add(&inner.counters.claim_rounds, 1);
         Counters::add(&inner.counters.claimed, n as u64);
         Counters::add(&inner.counters.claim_conflicts, round.conflicts);
+        Counters::add(&inner.counters.claim_blocked, blocked);
         if permit == Permit::Probe && n == 0 {
             inner.breaker.lock().probe_not_sent();
         }
@@ -634,12 +651,25 @@ fn scanner_loop(
         if (n + conflicts >= limit || !from_head) && cfg.scan_drain && permit == Permit::Claim {
             continue;
         }
+        if ordered && blocked > 0 && cfg.scan_drain && permit == Permit::Claim {
+            // Candidates wait behind runs in flight. A round that claimed something slid the
+            // window on: go again. One that claimed nothing waits for a run to finish (ours
+            // wake the scanner; another instance's are seen at the next interval).
+            if n > 0 {
+                continue;
+            }
+            wait_or_capacity(&wake, &capacity, &shutdown, cfg.scan_interval);
+            continue;
+        }
         wait(&wake, &shutdown, cfg.scan_interval);
     }
 }
 
 /// Splits a claim round into chunks of one topic, spread over the workers, and queues them.
 fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
+    if !round.runs.is_empty() {
+        return dispatch_runs(inner, chunk_tx, round, lease_start, probe);
+    }
     let cfg = &inner.config;
     let n = round.claimed.len();
     // As few publish calls as `publish.batch.max` allows, of even sizes: every call costs a
@@ -659,41 +689,98 @@ fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_st
             None => by_topic.push((token, event.topic.clone(), vec![(event, age)])),
         }
     }
-    let expires = lease_start + cfg.lease;
     for (token, _, events) in by_topic {
         let mut events = events.into_iter().peekable();
         while events.peek().is_some() {
             let (part, ages): (Vec<OutboundEvent>, Vec<Duration>) = events.by_ref().take(per_chunk).unzip();
-            let seq = inner.chunk_seq.fetch_add(1, Relaxed);
-            inner.leases.lock().insert(
-                seq,
-                Lease {
-                    token,
-                    ids: part.iter().map(|e| e.id).collect(),
-                    expires,
-                    renewed_at: lease_start,
-                },
-            );
-            let chunk = Chunk {
-                seq,
-                token,
-                events: part,
-                ages,
-                claimed: lease_start,
-                probe,
-            };
-            // Never blocks: the channel holds max.in.flight chunks and at most that many events
-            // are in flight. Fails only if every worker has died; then release the rows.
-            if let Err(e) = chunk_tx.try_send(chunk) {
-                let chunk = e.into_inner();
-                log::error!(
-                    "no worker to take {} claimed events; releasing them",
-                    chunk.events.len()
-                );
-                release_chunk_unsent(inner, &chunk, "no worker available");
-                finish(inner, &chunk);
+            queue_chunk(inner, chunk_tx, token, part, ages, lease_start, probe);
+        }
+    }
+}
+
+/// Ordered dispatch: every key's run (per topic) stays whole in one chunk, in id order, so it is
+/// sent in order by one worker; runs are packed into chunks of up to `publish.batch.max` events.
+fn dispatch_runs(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
+    let max = inner.config.publish_batch_max.min(inner.config.max_in_flight).max(1);
+    // Chunks being filled, per (token, topic): events with their ages.
+    type Open = (u64, String, Vec<OutboundEvent>, Vec<Duration>);
+    let mut open: Vec<Open> = Vec::new();
+    let mut claimed = round.claimed.into_iter();
+    for len in round.runs {
+        // One key's run, split by topic (each part keeps its id order).
+        let mut parts: Vec<Open> = Vec::new();
+        for Claimed { event, token, age } in claimed.by_ref().take(len) {
+            match parts.iter_mut().find(|p| p.0 == token && p.1 == event.topic) {
+                Some(p) => {
+                    p.2.push(event);
+                    p.3.push(age);
+                }
+                None => parts.push((token, event.topic.clone(), vec![event], vec![age])),
             }
         }
+        for (token, topic, events, ages) in parts {
+            let slot = match open.iter().position(|o| o.0 == token && o.1 == topic) {
+                Some(i) if open[i].2.len() + events.len() <= max => i,
+                Some(i) => {
+                    let (t, _, evs, ags) = open.swap_remove(i);
+                    queue_chunk(inner, chunk_tx, t, evs, ags, lease_start, probe);
+                    open.push((token, topic, Vec::new(), Vec::new()));
+                    open.len() - 1
+                }
+                None => {
+                    open.push((token, topic, Vec::new(), Vec::new()));
+                    open.len() - 1
+                }
+            };
+            open[slot].2.extend(events);
+            open[slot].3.extend(ages);
+        }
+    }
+    for (token, _, events, ages) in open {
+        if !events.is_empty() {
+            queue_chunk(inner, chunk_tx, token, events, ages, lease_start, probe);
+        }
+    }
+}
+
+/// Registers the lease of one chunk and hands it to the workers.
+fn queue_chunk(
+    inner: &Inner,
+    chunk_tx: &Sender<Chunk>,
+    token: u64,
+    events: Vec<OutboundEvent>,
+    ages: Vec<Duration>,
+    lease_start: Instant,
+    probe: bool,
+) {
+    let seq = inner.chunk_seq.fetch_add(1, Relaxed);
+    inner.leases.lock().insert(
+        seq,
+        Lease {
+            token,
+            ids: events.iter().map(|e| e.id).collect(),
+            expires: lease_start + inner.config.lease,
+            renewed_at: lease_start,
+        },
+    );
+    let chunk = Chunk {
+        seq,
+        token,
+        events,
+        ages,
+        claimed: lease_start,
+        probe,
+    };
+    // Never blocks: the channel holds max.in.flight chunks and at most that many events are in
+    // flight. Fails only if every worker has died; then release the rows.
+    if let Err(e) = chunk_tx.try_send(chunk) {
+        let chunk = e.into_inner();
+        log::error!(
+            "no worker to take {} claimed events; releasing them",
+            chunk.events.len()
+        );
+        release_chunk_unsent(inner, &chunk, "no worker available");
+        finish(inner, &chunk);
     }
 }
 
@@ -780,6 +867,8 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, bro
     let mut acks = Vec::new();
     let mut acked_ages = Vec::new();
     let mut unavailable = Vec::new();
+    let mut parked: Vec<(EventId, SendError)> = Vec::new();
+    let mut held_back: Vec<EventId> = Vec::new();
     let mut retry: Vec<(&OutboundEvent, SendError)> = Vec::new();
     let mut dead: Vec<(&OutboundEvent, SendError)> = Vec::new();
     let mut timeouts = 0usize;
@@ -790,6 +879,8 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, bro
                 acked_ages.push(*age);
             }
             SendOutcome::Failed(e) if e.kind == FailureKind::Unavailable => unavailable.push((event.id, e)),
+            SendOutcome::Failed(e) if e.kind == FailureKind::Parked => parked.push((event.id, e)),
+            SendOutcome::Failed(e) if e.kind == FailureKind::HeldBack => held_back.push(event.id),
             SendOutcome::Failed(e) => {
                 if e.kind == FailureKind::Timeout {
                     timeouts += 1;
@@ -804,11 +895,17 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, bro
             }
         }
     }
-    // The breaker hears about the call as a whole.
+    // The breaker hears about the call as a whole, parked events left out (their broker is
+    // down, not the broker as a whole).
     let transition = {
         let mut b = inner.breaker.lock();
-        let n = chunk.events.len();
-        if !acks.is_empty() {
+        let n = chunk.events.len() - parked.len() - held_back.len();
+        if n == 0 {
+            if chunk.probe {
+                b.probe_not_sent();
+            }
+            None
+        } else if !acks.is_empty() {
             b.on_success()
         } else if unavailable.len() == n || timeouts == n {
             b.on_failure(Instant::now())
@@ -849,6 +946,24 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, bro
         let reason = format!("broker unavailable: {}", unavailable[0].1.message);
         if let Some(n) = with_db_retry(inner, lease_end, "release", || {
             inner.store.release_unsent(token, &ids, &reason)
+        }) {
+            Counters::add(&inner.counters.released_unsent, n);
+        }
+    }
+    if !parked.is_empty() {
+        let ids: Vec<EventId> = parked.iter().map(|(id, _)| *id).collect();
+        let reason = format!("parked: {}", parked[0].1.message);
+        if let Some(n) = with_db_retry(inner, lease_end, "release", || {
+            inner.store.release_parked(token, &ids, &reason, cfg.breaker_open)
+        }) {
+            Counters::add(&inner.counters.parked, n);
+        }
+    }
+    if !held_back.is_empty() {
+        if let Some(n) = with_db_retry(inner, lease_end, "release", || {
+            inner
+                .store
+                .release_unsent(token, &held_back, "held back: an earlier event of the key failed")
         }) {
             Counters::add(&inner.counters.released_unsent, n);
         }

@@ -10,6 +10,7 @@ use crate::store::Gauges;
 pub(crate) struct Counters {
     pub claimed: AtomicU64,
     pub claim_conflicts: AtomicU64,
+    pub claim_blocked: AtomicU64,
     pub claim_rounds: AtomicU64,
     pub sent: AtomicU64,
     pub retried: AtomicU64,
@@ -17,6 +18,8 @@ pub(crate) struct Counters {
     pub reclaimed: AtomicU64,
     pub renewed: AtomicU64,
     pub released_unsent: AtomicU64,
+    pub parked: AtomicU64,
+    pub possible_duplicates: AtomicU64,
     pub stale_acks: AtomicU64,
     pub publish_calls: AtomicU64,
     pub publish_panics: AtomicU64,
@@ -59,6 +62,8 @@ pub struct Stats {
     pub claimed: u64,
     /// Candidates another instance claimed first (per-row strategy).
     pub claim_conflicts: u64,
+    /// Ordered mode: candidates left WAIT because an earlier event of their key was pending.
+    pub claim_blocked: u64,
     pub claim_rounds: u64,
     /// Events acknowledged by the broker and marked SUCCESS.
     pub sent: u64,
@@ -72,6 +77,13 @@ pub struct Stats {
     pub renewed: u64,
     /// Events released without using an attempt (broker outage, shutdown, lease too short).
     pub released_unsent: u64,
+    /// Ordered mode: events returned to WAIT without an attempt because the broker holding their
+    /// key's queue was down (or an earlier event of the key in the same call failed).
+    pub parked: u64,
+    /// Failed sends whose request may have reached the broker (timeouts, a connection lost after
+    /// the request was written): each may have been stored, so it may arrive twice. Each one
+    /// also counted an attempt on its row.
+    pub possible_duplicates: u64,
     /// Acks that matched no row because the lease had been lost (the event was, or will be,
     /// sent again by another claim).
     pub stale_acks: u64,
@@ -93,6 +105,7 @@ impl Counters {
             instance_id: instance_id.to_string(),
             claimed: g(&self.claimed),
             claim_conflicts: g(&self.claim_conflicts),
+            claim_blocked: g(&self.claim_blocked),
             claim_rounds: g(&self.claim_rounds),
             sent: g(&self.sent),
             retried: g(&self.retried),
@@ -100,6 +113,8 @@ impl Counters {
             reclaimed: g(&self.reclaimed),
             renewed: g(&self.renewed),
             released_unsent: g(&self.released_unsent),
+            parked: g(&self.parked),
+            possible_duplicates: g(&self.possible_duplicates),
             stale_acks: g(&self.stale_acks),
             publish_calls: g(&self.publish_calls),
             publish_panics: g(&self.publish_panics),
@@ -130,6 +145,7 @@ impl Stats {
             "instance_id": self.instance_id,
             "claimed": self.claimed,
             "claim_conflicts": self.claim_conflicts,
+            "claim_blocked": self.claim_blocked,
             "claim_rounds": self.claim_rounds,
             "sent": self.sent,
             "retried": self.retried,
@@ -137,6 +153,8 @@ impl Stats {
             "reclaimed": self.reclaimed,
             "renewed": self.renewed,
             "released_unsent": self.released_unsent,
+            "parked": self.parked,
+            "possible_duplicates": self.possible_duplicates,
             "stale_acks": self.stale_acks,
             "publish_calls": self.publish_calls,
             "publish_panics": self.publish_panics,

@@ -78,6 +78,11 @@ pub struct ClaimRound {
     pub conflicts: u64,
     /// Where the round's scan ended in `idx_status_next_retry` order (the last candidate).
     pub last: Option<ScanPosition>,
+    /// Ordered claims: the lengths of the key runs `claimed` is made of, in order (one key's
+    /// events in id order per run). Empty for unordered claims.
+    pub runs: Vec<usize>,
+    /// Ordered claims: candidates left WAIT because an earlier event of their key is pending.
+    pub blocked: u64,
 }
 
 /// A place in the scan order `(next_retry_time, id)`. A round that starts after it skips the
@@ -132,8 +137,8 @@ pub struct Store {
     default_topic: String,
     max_retry: u32,
     backoff_sql: String,
-    /// Extra scan condition for `ordering = per-biz-no`: only the oldest pending event of a key.
-    ordering_sql: String,
+    /// `ordering = per-biz-no`: the statuses that hold back a key's later events.
+    blocking: Option<&'static str>,
 }
 
 impl Store {
@@ -145,7 +150,8 @@ impl Store {
             default_topic: config.topic.clone(),
             max_retry: config.max_retry,
             backoff_sql: backoff_sql(&config.backoff),
-            ordering_sql: ordering_sql(config),
+            blocking: (config.ordering == crate::config::Ordering::PerBizNo)
+                .then(|| crate::ordering::blocking_statuses(config.ordering_dead_head)),
         }
     }
 
@@ -164,6 +170,9 @@ impl Store {
     fn conn(&self) -> Result<PooledConn> {
         Ok(self.pool.get_conn()?)
     }
+
+    /// How many columns [`Store::columns`] lists.
+    const COLUMNS: usize = 10;
 
     fn columns() -> &'static str {
         "id, biz_no, event_type, payload, topic, tag, headers, retry_count, \
@@ -184,22 +193,23 @@ impl Store {
         (events, last.and_then(|(due, id)| ScanPosition::new(due, id)))
     }
 
-    /// One row of [`Store::columns`]: the event, its age, and its `next_retry_time` as text.
-    fn event_from_row(&self, row: Row) -> (OutboundEvent, Duration, Option<String>) {
-        type Raw = (
-            u64,
-            String,
-            String,
-            Vec<u8>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            u32,
-            u64,
-            Option<String>,
-        );
-        let (id, biz_no, event_type, payload, topic, tag, headers, retry_count, age_us, due): Raw =
-            mysql::from_row(row);
+    /// One row of [`Store::columns`] (and whatever follows them): the event, its age, and its
+    /// `next_retry_time` as text.
+    fn event_from_row(&self, mut row: Row) -> (OutboundEvent, Duration, Option<String>) {
+        fn col<T: mysql::prelude::FromValue>(row: &mut Row, i: usize) -> T {
+            row.take(i)
+                .unwrap_or_else(|| panic!("scan column {i} missing or of another type"))
+        }
+        let id: u64 = col(&mut row, 0);
+        let biz_no: String = col(&mut row, 1);
+        let event_type: String = col(&mut row, 2);
+        let payload: Vec<u8> = col(&mut row, 3);
+        let topic: Option<String> = col(&mut row, 4);
+        let tag: Option<String> = col(&mut row, 5);
+        let headers: Option<String> = col(&mut row, 6);
+        let retry_count: u32 = col(&mut row, 7);
+        let age_us: u64 = col(&mut row, 8);
+        let due: Option<String> = col(&mut row, 9);
         let event = OutboundEvent {
             id,
             biz_no,
@@ -224,16 +234,126 @@ impl Store {
 
     /// [`Store::scan_sql`] starting strictly after `after` (from the head of the index when `None`).
     pub fn scan_sql_after(&self, limit: usize, lock: bool, after: Option<&ScanPosition>) -> String {
+        self.scan_sql_with(Self::columns(), limit, lock, after)
+    }
+
+    fn scan_sql_with(&self, cols: &str, limit: usize, lock: bool, after: Option<&ScanPosition>) -> String {
         format!(
             "SELECT {cols} FROM {t} FORCE INDEX (idx_status_next_retry) \
-             WHERE status = 'WAIT' AND next_retry_time <= NOW(3){after}{ordering} \
+             WHERE status = 'WAIT' AND next_retry_time <= NOW(3){after} \
              ORDER BY next_retry_time, id LIMIT {limit}{lock}",
-            cols = Self::columns(),
             t = self.table,
             after = after.map(ScanPosition::sql).unwrap_or_default(),
-            ordering = self.ordering_sql,
             lock = if lock { " FOR UPDATE SKIP LOCKED" } else { "" },
         )
+    }
+
+    /// The ordered claim's reads besides the scan, for plans and tests: the head read for `keys`
+    /// and the run read for `(key, head id, last candidate id)` ranges.
+    pub fn ordered_sql(&self, keys: &[&str], ranges: &[(&str, EventId, EventId)]) -> (String, String) {
+        let statuses = self.blocking.unwrap_or("'WAIT', 'SENDING'");
+        let keys: Vec<String> = keys.iter().map(|k| lit(k)).collect();
+        let ranges: Vec<(String, EventId, EventId)> = ranges.iter().map(|(k, a, b)| (lit(k), *a, *b)).collect();
+        (
+            crate::ordering::head_sql(&self.table, statuses, &keys),
+            crate::ordering::run_sql(&self.table, statuses, &ranges),
+        )
+    }
+
+    /// Claims, in one short transaction, the runs of keys whose oldest pending event is among
+    /// the first `limit` due rows, each run at most `run_max` long (see [`crate::ordering`]).
+    /// At most one run per key is ever in flight: a key whose oldest pending row is SENDING (or
+    /// not due, or FAIL with `ordering.dead.head = block`) has none of its rows claimed.
+    pub fn claim_ordered(&self, limit: usize, run_max: usize) -> Result<ClaimRound> {
+        use crate::ordering::{claimable_heads, runs, Candidate, KEY_IDENTITY_SQL};
+        use std::collections::HashMap;
+        let statuses = self.blocking.unwrap_or("'WAIT', 'SENDING'");
+        let token = new_token();
+        let mut conn = self.conn()?;
+        let mut tx = conn.start_transaction(TxOpts::default())?;
+        let cols = format!("{}, {KEY_IDENTITY_SQL}", Self::columns());
+        let mut rows: Vec<Row> = tx.query(self.scan_sql_with(&cols, limit, true, None))?;
+        if rows.is_empty() {
+            tx.commit()?;
+            return Ok(ClaimRound::default());
+        }
+        let key_col = Self::COLUMNS;
+        let keys: Vec<Vec<u8>> = rows
+            .iter_mut()
+            .map(|r| r.take::<Vec<u8>, _>(key_col).unwrap_or_default())
+            .collect();
+        let (events, last) = self.events_from_rows(rows);
+        let candidates: Vec<Candidate> = events
+            .iter()
+            .zip(keys)
+            .enumerate()
+            .map(|(pos, ((e, _), key))| Candidate { pos, id: e.id, key })
+            .collect();
+        // The smallest pending id of each candidate key (one literal per distinct key).
+        let mut seen = std::collections::HashSet::new();
+        let key_lits: Vec<String> = candidates
+            .iter()
+            .filter(|c| seen.insert(c.key.clone()))
+            .map(|c| lit(&events[c.pos].0.biz_no))
+            .collect();
+        let mut heads: HashMap<Vec<u8>, EventId> = HashMap::new();
+        let head_rows: Vec<(Vec<u8>, EventId)> =
+            tx.query(crate::ordering::head_sql(&self.table, statuses, &key_lits))?;
+        for (key, min) in head_rows {
+            let e = heads.entry(key).or_insert(min);
+            *e = (*e).min(min);
+        }
+        let claimable = claimable_heads(&candidates, &heads);
+        // The pending ids between head and last candidate, for keys with more than one candidate.
+        let ranges: Vec<(String, EventId, EventId)> = claimable
+            .iter()
+            .filter(|h| h.positions.len() > 1)
+            .map(|h| (lit(&events[h.positions[0]].0.biz_no), h.first, h.last))
+            .collect();
+        let mut pending: HashMap<Vec<u8>, Vec<EventId>> = HashMap::new();
+        if !ranges.is_empty() {
+            let run_rows: Vec<(Vec<u8>, EventId)> =
+                tx.query(crate::ordering::run_sql(&self.table, statuses, &ranges))?;
+            for (key, id) in run_rows {
+                pending.entry(key).or_default().push(id);
+            }
+        }
+        let runs = runs(&claimable, &candidates, &pending, run_max);
+        let claimed_n: usize = runs.iter().map(Vec::len).sum();
+        let blocked = (candidates.len() - claimed_n) as u64;
+        if claimed_n == 0 {
+            tx.commit()?;
+            return Ok(ClaimRound {
+                last,
+                blocked,
+                ..ClaimRound::default()
+            });
+        }
+        tx.query_drop(format!(
+            "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3) \
+             WHERE id IN ({ids})",
+            t = self.table,
+            owner = lit(&self.owner),
+            ids = id_list(runs.iter().flatten().map(|&pos| events[pos].0.id)),
+        ))?;
+        tx.commit()?;
+        let mut slots: Vec<Option<(OutboundEvent, Duration)>> = events.into_iter().map(Some).collect();
+        let mut claimed = Vec::with_capacity(claimed_n);
+        let mut lengths = Vec::with_capacity(runs.len());
+        for run in &runs {
+            lengths.push(run.len());
+            for &pos in run {
+                let (event, age) = slots[pos].take().expect("a row is in one run");
+                claimed.push(Claimed { event, token, age });
+            }
+        }
+        Ok(ClaimRound {
+            claimed,
+            conflicts: 0,
+            last,
+            runs: lengths,
+            blocked,
+        })
     }
 
     /// The reclaim: SENDING rows whose lease has expired, in `idx_status_claimed_at` order.
@@ -282,6 +402,7 @@ impl Store {
                 .collect(),
             conflicts: 0,
             last,
+            ..ClaimRound::default()
         })
     }
 
@@ -364,6 +485,21 @@ impl Store {
             &format!(
                 "status = 'WAIT', claim_owner = NULL, claimed_at = NULL, next_retry_time = NOW(3), last_error = {}",
                 lit(&truncate(reason))
+            ),
+        )
+    }
+
+    /// Returns rows to WAIT without using an attempt, due again after `delay`: ordered events
+    /// whose queue's broker is down (parked), so they are not claimed again at once.
+    pub fn release_parked(&self, token: u64, ids: &[EventId], reason: &str, delay: Duration) -> Result<u64> {
+        self.transition(
+            token,
+            ids.iter().copied(),
+            &format!(
+                "status = 'WAIT', claim_owner = NULL, claimed_at = NULL, \
+                 next_retry_time = NOW(3) + INTERVAL {us} MICROSECOND, last_error = {err}",
+                us = delay.as_micros(),
+                err = lit(&truncate(reason))
             ),
         )
     }
@@ -510,25 +646,6 @@ fn backoff_sql(b: &Backoff) -> String {
         String::new()
     };
     format!("CAST(LEAST({max}, {ms}){jitter} * 1000 AS UNSIGNED)")
-}
-
-/// With `ordering = per-biz-no`, a row is claimable only when no earlier event of its biz_no is
-/// still pending (WAIT or SENDING; with `ordering.dead.head = block`, FAIL too). So at most one
-/// event of a key is in flight, and they go out in commit (id) order.
-fn ordering_sql(config: &Config) -> String {
-    use crate::config::{DeadHeadPolicy, Ordering};
-    if config.ordering != Ordering::PerBizNo {
-        return String::new();
-    }
-    let blocking = match config.ordering_dead_head {
-        DeadHeadPolicy::Skip => "'WAIT', 'SENDING'",
-        DeadHeadPolicy::Block => "'WAIT', 'SENDING', 'FAIL'",
-    };
-    format!(
-        " AND NOT EXISTS (SELECT 1 FROM {t} AS earlier FORCE INDEX (idx_biz_no) WHERE earlier.biz_no = {t}.biz_no \
-         AND earlier.status IN ({blocking}) AND earlier.id < {t}.id)",
-        t = config.table
-    )
 }
 
 fn new_token() -> u64 {

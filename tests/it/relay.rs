@@ -440,7 +440,7 @@ fn per_biz_no_ordering_sends_each_key_in_commit_order_one_at_a_time() {
         tx.commit().unwrap();
     }
     // The head of ORD-0 fails twice: its later events must wait for it.
-    let rec = Recorder::with_faults(vec![Fault::Fail {
+    let rec = Recorder::ordered(vec![Fault::Fail {
         id: first_of_key0,
         error: SendError::timeout("send timed out"),
         times: 2,
@@ -483,7 +483,7 @@ fn dead_head(policy: outbox::config::DeadHeadPolicy) -> (String, String) {
     let mut cfg = ordered_cfg(&db);
     cfg.max_retry = 0;
     cfg.ordering_dead_head = policy;
-    let rec = Recorder::with_faults(vec![Fault::Fail {
+    let rec = Recorder::ordered(vec![Fault::Fail {
         id: ids[0],
         error: SendError::rejected("bad"),
         times: usize::MAX,

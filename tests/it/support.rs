@@ -127,9 +127,13 @@ pub struct Recorder {
     pub calls: AtomicUsize,
     faults: Mutex<Vec<Fault>>,
     hits: Mutex<HashMap<(u64, u8), usize>>,
-    /// Events of each biz_no inside a publish call right now, and how often two overlapped.
+    /// Publish calls holding events of each biz_no right now, and how often two calls held the
+    /// same key at once (a key's run travels in one call; two calls could reorder it).
     in_flight_by_key: Mutex<HashMap<String, usize>>,
     pub key_overlaps: AtomicUsize,
+    /// Behave as an ordered publisher: after an event of a key fails, the key's later events in
+    /// the same call are not sent (outcome Parked).
+    ordered: bool,
 }
 
 impl Recorder {
@@ -139,6 +143,16 @@ impl Recorder {
 
     pub fn with_faults(faults: Vec<Fault>) -> Arc<Recorder> {
         let r = Recorder::default();
+        *r.faults.lock() = faults;
+        Arc::new(r)
+    }
+
+    /// A recorder with the ordered publisher's contract (see the `ordered` field).
+    pub fn ordered(faults: Vec<Fault>) -> Arc<Recorder> {
+        let r = Recorder {
+            ordered: true,
+            ..Recorder::default()
+        };
         *r.faults.lock() = faults;
         Arc::new(r)
     }
@@ -170,44 +184,57 @@ impl Recorder {
 impl Publisher for Recorder {
     fn publish(&self, events: &[OutboundEvent], _timeout: Duration) -> Vec<SendOutcome> {
         self.calls.fetch_add(1, SeqCst);
-        for e in events {
+        let keys: std::collections::HashSet<String> = events.iter().map(|e| e.biz_no.clone()).collect();
+        for k in &keys {
             let mut m = self.in_flight_by_key.lock();
-            let n = m.entry(e.biz_no.clone()).or_insert(0);
+            let n = m.entry(k.clone()).or_insert(0);
             *n += 1;
             if *n > 1 {
                 self.key_overlaps.fetch_add(1, SeqCst);
             }
         }
         let faults = self.faults.lock().clone();
+        let mut failed_keys = std::collections::HashSet::new();
         let out = events
             .iter()
             .map(|e| {
-                for f in &faults {
-                    match f {
-                        Fault::FailAll(err) => return SendOutcome::Failed(err.clone()),
-                        Fault::Fail { id, error, times } if *id == e.id && self.hit(e.id, 0, *times) => {
-                            return SendOutcome::Failed(error.clone())
-                        }
-                        Fault::Delay { id, by, times } if *id == e.id && self.hit(e.id, 1, *times) => {
-                            std::thread::sleep(*by)
-                        }
-                        Fault::Panic { id, times } if *id == e.id && self.hit(e.id, 2, *times) => {
-                            panic!("scripted panic for event {id}")
-                        }
-                        _ => {}
-                    }
+                if self.ordered && failed_keys.contains(&e.biz_no) {
+                    return SendOutcome::Failed(SendError::held_back("an earlier event of the key failed"));
                 }
-                *self.sent.lock().entry(e.id).or_insert(0) += 1;
-                self.sent_events.lock().push(e.clone());
-                SendOutcome::Sent {
-                    msg_id: Some(format!("MSG{:016X}", e.id)),
+                let outcome = self.send_one(e, &faults);
+                if matches!(outcome, SendOutcome::Failed(_)) {
+                    failed_keys.insert(e.biz_no.clone());
                 }
+                outcome
             })
             .collect();
-        for e in events {
-            *self.in_flight_by_key.lock().get_mut(&e.biz_no).unwrap() -= 1;
+        for k in &keys {
+            *self.in_flight_by_key.lock().get_mut(k).unwrap() -= 1;
         }
         out
+    }
+}
+
+impl Recorder {
+    fn send_one(&self, e: &OutboundEvent, faults: &[Fault]) -> SendOutcome {
+        for f in faults {
+            match f {
+                Fault::FailAll(err) => return SendOutcome::Failed(err.clone()),
+                Fault::Fail { id, error, times } if *id == e.id && self.hit(e.id, 0, *times) => {
+                    return SendOutcome::Failed(error.clone())
+                }
+                Fault::Delay { id, by, times } if *id == e.id && self.hit(e.id, 1, *times) => std::thread::sleep(*by),
+                Fault::Panic { id, times } if *id == e.id && self.hit(e.id, 2, *times) => {
+                    panic!("scripted panic for event {id}")
+                }
+                _ => {}
+            }
+        }
+        *self.sent.lock().entry(e.id).or_insert(0) += 1;
+        self.sent_events.lock().push(e.clone());
+        SendOutcome::Sent {
+            msg_id: Some(format!("MSG{:016X}", e.id)),
+        }
     }
 }
 

@@ -1,0 +1,215 @@
+//! Per-key ordering (`ordering = per-biz-no`): the ordered claim's cost and runs, and parked keys.
+
+use std::time::Duration;
+
+use mysql::prelude::Queryable;
+use mysql::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+
+use crate::support::{wait_until, Fault, Recorder, TestDb};
+use outbox::config::{DeadHeadPolicy, Ordering};
+use outbox::store::Store;
+use outbox::{Config, NewEvent, Relay, SendError};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn ordered_config(db: &TestDb) -> Config {
+    let mut cfg = db.config();
+    cfg.ordering = Ordering::PerBizNo;
+    cfg
+}
+
+/// A store on a pool of one connection, so the session's handler counters are the claim's.
+fn single_connection_store(db: &TestDb, cfg: &Config, owner: &str) -> Store {
+    let opts = OptsBuilder::from_opts(Opts::from_url(&db.url).unwrap()).pool_opts(
+        PoolOpts::default()
+            .with_constraints(PoolConstraints::new(1, 1).unwrap())
+            .with_reset_connection(false),
+    );
+    Store::new(Pool::new(opts).unwrap(), cfg, owner.into())
+}
+
+/// `keys` keys with `per_key` WAIT events each, interleaved in id order as concurrent orders
+/// would be (key = seq % keys).
+fn fill(db: &TestDb, keys: usize, per_key: usize) {
+    db.conn()
+        .query_drop(format!(
+            "INSERT INTO t_event_record (biz_no, event_type, payload) \
+             SELECT CONCAT('KEY-', seq % {keys}), 'STEP', 'x' FROM seq_0_to_{}",
+            keys * per_key - 1
+        ))
+        .unwrap();
+    db.conn().query_drop("ANALYZE TABLE t_event_record").unwrap();
+}
+
+/// Rows the session read (every `Handler_read_%` counter) while `f` ran on `store`'s one connection.
+fn rows_read<T>(store: &Store, f: impl FnOnce() -> T) -> (u64, T) {
+    let read = || -> u64 {
+        let mut c = store.pool().get_conn().unwrap();
+        let rows: Vec<(String, String)> = c.query("SHOW SESSION STATUS LIKE 'Handler_read%'").unwrap();
+        rows.iter().filter_map(|(_, v)| v.parse::<u64>().ok()).sum()
+    };
+    let before = read();
+    let out = f();
+    // The SHOW itself reads nothing through the handler; what changed is the claim's.
+    (read() - before, out)
+}
+
+#[test]
+fn regression_an_ordered_claim_round_reads_as_many_rows_with_10_000_waiting_per_key_as_with_10() {
+    let mut figures = Vec::new();
+    for per_key in [10, 10_000] {
+        let db = TestDb::new("ordcost");
+        fill(&db, 20, per_key);
+        let cfg = ordered_config(&db);
+        let store = single_connection_store(&db, &cfg, "ordcost-1-000000");
+        // First round: 100 candidates, 5 per key, every key's head among them: all claimed.
+        let (first, round) = rows_read(&store, || store.claim_ordered(100, 128).unwrap());
+        assert_eq!(round.claimed.len(), 100, "{per_key} per key");
+        assert_eq!(round.runs.len(), 20);
+        // Second round: every key's head is in flight, nothing is claimable.
+        let (second, round) = rows_read(&store, || store.claim_ordered(100, 128).unwrap());
+        assert_eq!(round.claimed.len(), 0);
+        assert_eq!(round.blocked, 100);
+        figures.push((per_key, first, second));
+    }
+    eprintln!("rows read per ordered claim round (20 keys, 100 candidates): {figures:?}");
+    let (_, shallow1, shallow2) = figures[0];
+    let (_, deep1, deep2) = figures[1];
+    // The same work whatever the backlog per key (a little slack for the server's own reads).
+    assert!(deep1 <= shallow1 + shallow1 / 4 + 20, "{figures:?}");
+    assert!(deep2 <= shallow2 + shallow2 / 4 + 20, "{figures:?}");
+    // And about what the round handles: 100 candidates, a few index reads per key.
+    assert!(deep1 <= 600, "{figures:?}");
+}
+
+#[test]
+fn a_run_stops_before_a_row_of_its_key_that_another_claimer_holds() {
+    let db = TestDb::new("ordgap");
+    let mut ids = Vec::new();
+    {
+        let mut c = db.conn();
+        for i in 0..6 {
+            c.exec_drop(
+                "INSERT INTO t_event_record (biz_no, event_type, payload) VALUES ('ORD-1', 'STEP', ?)",
+                (format!("{i}"),),
+            )
+            .unwrap();
+            ids.push(c.last_insert_id());
+        }
+    }
+    let cfg = ordered_config(&db);
+    let store = Store::new(db.pool.clone(), &cfg, "ordgap-1-000000".into());
+    // Another claimer's scan holds the fourth row locked (its SKIP LOCKED scan, not yet committed).
+    let mut other = db.conn();
+    let mut tx = other.start_transaction(mysql::TxOpts::default()).unwrap();
+    let _: Vec<u64> = tx
+        .query(format!(
+            "SELECT id FROM t_event_record WHERE id = {} FOR UPDATE",
+            ids[3]
+        ))
+        .unwrap();
+    let round = store.claim_ordered(100, 128).unwrap();
+    let claimed: Vec<u64> = round.claimed.iter().map(|c| c.event.id).collect();
+    assert_eq!(claimed, ids[..3].to_vec(), "the run ends before the held row");
+    assert_eq!(round.runs, vec![3]);
+    tx.rollback().unwrap();
+    // While the first three are in flight, nothing of the key is claimable.
+    let round = store.claim_ordered(100, 128).unwrap();
+    assert!(round.claimed.is_empty());
+    assert_eq!(round.blocked, 3);
+}
+
+#[test]
+fn keys_differing_only_in_letter_case_are_one_key() {
+    let db = TestDb::new("ordcase");
+    {
+        let mut c = db.conn();
+        for key in ["ord-9", "ORD-9", "Ord-9 "] {
+            c.exec_drop(
+                "INSERT INTO t_event_record (biz_no, event_type, payload) VALUES (?, 'STEP', 'x')",
+                (key,),
+            )
+            .unwrap();
+        }
+    }
+    let cfg = ordered_config(&db);
+    let store = Store::new(db.pool.clone(), &cfg, "ordcase-1-000000".into());
+    let round = store.claim_ordered(100, 1).unwrap();
+    // One run of one event (run_max 1): the three spellings are one key to the database.
+    assert_eq!(round.claimed.len(), 1);
+    assert_eq!(round.blocked, 2);
+    assert_eq!(round.claimed[0].event.biz_no, "ord-9");
+}
+
+#[test]
+fn a_fail_head_holds_back_its_key_only_with_the_block_policy() {
+    for (policy, claimable) in [(DeadHeadPolicy::Skip, 1), (DeadHeadPolicy::Block, 0)] {
+        let db = TestDb::new("ordfail");
+        db.conn()
+            .query_drop(
+                "INSERT INTO t_event_record (biz_no, event_type, payload, status) VALUES \
+                 ('ORD-1', 'CREATED', 'x', 'FAIL'), ('ORD-1', 'PAID', 'x', 'WAIT')",
+            )
+            .unwrap();
+        let mut cfg = ordered_config(&db);
+        cfg.ordering_dead_head = policy;
+        let store = Store::new(db.pool.clone(), &cfg, "ordfail-1-000000".into());
+        assert_eq!(
+            store.claim_ordered(10, 10).unwrap().claimed.len(),
+            claimable,
+            "{policy:?}"
+        );
+    }
+}
+
+#[test]
+fn a_parked_key_waits_without_using_attempts_while_other_keys_flow() {
+    let db = TestDb::new("ordpark");
+    let mut ids = std::collections::HashMap::<String, Vec<u64>>::new();
+    {
+        let mut c = db.conn();
+        for round in 0..5 {
+            let mut tx = c.start_transaction(mysql::TxOpts::default()).unwrap();
+            for key in ["A", "B", "C"] {
+                let id = outbox::enqueue_in_tx(&mut tx, &NewEvent::new(key, "STEP", format!("{round}"))).unwrap();
+                ids.entry(key.into()).or_default().push(id);
+            }
+            tx.commit().unwrap();
+        }
+    }
+    // Key B's queue is on a broker that is down: every send of B is parked.
+    let parked_b: Vec<Fault> = ids["B"]
+        .iter()
+        .map(|&id| Fault::Fail {
+            id,
+            error: SendError::parked("broker-b is not in the route"),
+            times: usize::MAX,
+        })
+        .collect();
+    let rec = Recorder::ordered(parked_b);
+    let mut cfg = ordered_config(&db);
+    cfg.breaker_open = Duration::from_millis(200);
+    let relay = Relay::builder(cfg).publisher(rec.clone()).start().unwrap();
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 10));
+    assert!(
+        wait_until(LONG, || relay.counters().parked >= 3),
+        "B parked again and again"
+    );
+    let stats = relay.counters();
+    assert_eq!(stats.breaker_opened, 0, "a parked key never opens the breaker");
+    assert_eq!(stats.retried, 0);
+    let attempts: u64 = db
+        .conn()
+        .query_first("SELECT CAST(SUM(retry_count) AS UNSIGNED) FROM t_event_record")
+        .unwrap()
+        .unwrap();
+    assert_eq!(attempts, 0, "parking uses no attempt");
+    // The broker comes back: B resumes, in order.
+    rec.set_faults(Vec::new());
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 15));
+    relay.stop(Duration::from_secs(5));
+    let sent = rec.sent_events.lock();
+    let b: Vec<u64> = sent.iter().filter(|e| e.biz_no == "B").map(|e| e.id).collect();
+    assert_eq!(b, ids["B"], "B's events in commit order, each once");
+    assert_eq!(rec.key_overlaps.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
