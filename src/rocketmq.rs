@@ -20,7 +20,7 @@
 //! breaker counts them), unknown outcomes are [`FailureKind::Timeout`], and problems of the
 //! message are [`FailureKind::Rejected`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,8 +30,7 @@ use cheetah_string::CheetahString;
 use parking_lot::RwLock;
 use rocketmq_client_rust::{
     AclClientRPCHook, ClientConfig, ClientError, ClientRuntime, ClientRuntimeConfig, DefaultMQProducer,
-    MQBrokerException, MQClientException, MessageQueueSelector, SelectMessageQueueByHash, SendResult, SendStatus,
-    SessionCredentials,
+    MQBrokerException, MQClientException, SendResult, SendStatus, SessionCredentials,
 };
 use rocketmq_error::{CanonicalCondition, ErrorDescriptor};
 use rocketmq_model::common::message::message_queue::MessageQueue;
@@ -41,6 +40,7 @@ use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 
 use crate::config::{Config, TagSource};
 use crate::error::{Error, Result};
+use crate::ordering::{queue_index, queue_key, QueueBook, QueueRef};
 use crate::publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
 
 /// Largest encoded size of one broker batch. The broker refuses a request whose body exceeds its
@@ -93,6 +93,13 @@ const NO_ROUTE: &str = "no route for the topic";
 /// or for the default topic shows a live broker.
 const AUTO_CREATE_TOPIC: &str = "TBW102";
 
+/// How long the route of an ordered topic is reused before the name server is asked again.
+const ROUTE_TTL: Duration = Duration::from_secs(1);
+
+/// Queues per broker of an ordered topic the publisher creates itself (only where the brokers
+/// create topics on first use, as a first send would).
+const ORDERED_TOPIC_QUEUES: i32 = 8;
+
 struct Live {
     owner: RuntimeOwner,
     client_runtime: Arc<ClientRuntime>,
@@ -104,8 +111,13 @@ struct Live {
 pub struct RocketMqPublisher {
     live: RwLock<Option<Live>>,
     tag_source: TagSource,
-    /// `ordering = per-biz-no`: every message goes alone to the queue its biz_no hashes to.
-    ordered: bool,
+    /// `ordering = per-biz-no`: the stable queue set of each topic; a key's events go, in order,
+    /// to the queue its biz_no hashes to among them (see [`crate::ordering`]).
+    book: Option<QueueBook>,
+    /// Ordered topics: the queues of the route as last fetched, and when.
+    routes: parking_lot::Mutex<HashMap<String, (Instant, Vec<QueueRef>)>>,
+    /// Ordered topics this publisher already tried to create.
+    created: parking_lot::Mutex<HashSet<String>>,
     namesrv: String,
     producer_group: String,
     acl: bool,
@@ -175,6 +187,18 @@ impl RocketMqPublisher {
             let credentials = SessionCredentials::with_keys(ak.as_str(), sk.as_str());
             builder = builder.rpc_hook(Arc::new(AclClientRPCHook::new(credentials)));
         }
+        let book = if config.ordering == crate::config::Ordering::PerBizNo {
+            let book = QueueBook::new(crate::relay::connect(config)?);
+            book.check().map_err(|e| {
+                publisher_error(
+                    "ordered publishing",
+                    format!("the queue book table outbox_topic_queue is unreadable (apply migration V6): {e}"),
+                )
+            })?;
+            Some(book)
+        } else {
+            None
+        };
         let mut producer = builder.build();
         if let Err(e) = owner.block_on(producer.start()) {
             let message = describe(&e);
@@ -202,7 +226,9 @@ impl RocketMqPublisher {
                 telemetry,
             })),
             tag_source: rc.tag_source,
-            ordered: config.ordering == crate::config::Ordering::PerBizNo,
+            book,
+            routes: parking_lot::Mutex::new(HashMap::new()),
+            created: parking_lot::Mutex::new(HashSet::new()),
             namesrv: rc.namesrv.clone(),
             producer_group: rc.producer_group.clone(),
             acl: rc.access_key.is_some(),
@@ -285,22 +311,287 @@ impl RocketMqPublisher {
             live.producer.send_with_timeout(message, millis(budget)),
         ))
     }
+}
 
-    /// Sends one message to the queue its `biz_no` selects (the Java-compatible hash), so all
-    /// events of a key land in one queue in the order they are sent. The relay never has two
-    /// events of a key in flight, so send order is commit order.
-    fn send_ordered(&self, live: &Live, message: Message, biz_no: &str, deadline: Instant) -> SendOutcome {
+/// Ordered publishing (`ordering = per-biz-no`).
+impl RocketMqPublisher {
+    /// Sends the events of `events` (whole runs of keys, each in id order) to their keys' queues:
+    /// per queue, in order, as batches. A key's events after one that failed are not sent
+    /// ([`FailureKind::HeldBack`]); keys whose queue's broker is down while another broker of the
+    /// topic is up are [`FailureKind::Parked`].
+    fn publish_ordered(
+        &self,
+        live: &Live,
+        book: &QueueBook,
+        events: &[OutboundEvent],
+        built: &mut [Option<Message>],
+        sizes: &[(usize, usize)],
+        outcomes: &mut [Option<SendOutcome>],
+        deadline: Instant,
+    ) {
+        let size_of: HashMap<usize, usize> = sizes.iter().copied().collect();
+        let mut topics: Vec<&str> = Vec::new();
+        for e in events {
+            if !topics.contains(&e.topic.as_str()) {
+                topics.push(e.topic.as_str());
+            }
+        }
+        for topic in topics {
+            let members: Vec<usize> = (0..events.len()).filter(|&i| events[i].topic == topic).collect();
+            let looked_up = self.live_queues(live, topic, deadline).and_then(|live_qs| {
+                let stable = book
+                    .queues(topic, &live_qs)
+                    .map_err(|e| SendError::unavailable(format!("the queue book could not be read: {e}")))?;
+                if stable.is_empty() {
+                    return Err(SendError::unavailable(format!("{NO_ROUTE}: {topic} has no queue")));
+                }
+                Ok((live_qs, stable))
+            });
+            let (live_qs, stable) = match looked_up {
+                Ok(v) => v,
+                Err(e) => {
+                    for &i in &members {
+                        outcomes[i].get_or_insert_with(|| SendOutcome::Failed(e.clone()));
+                    }
+                    continue;
+                }
+            };
+            let live_brokers: HashSet<&str> = live_qs.iter().map(|q| q.broker.as_str()).collect();
+            // Per queue of the stable set, the events in the call's order.
+            let mut by_queue: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+            for &i in &members {
+                by_queue
+                    .entry(queue_index(&events[i].biz_no, stable.len()))
+                    .or_default()
+                    .push(i);
+            }
+            for (qi, idx) in by_queue {
+                let q = &stable[qi];
+                if !live_brokers.contains(q.broker.as_str()) {
+                    let e = SendError::parked(format!(
+                        "queue {q} of the key: broker {} is not in the route of {topic}",
+                        q.broker
+                    ));
+                    for &i in &idx {
+                        outcomes[i].get_or_insert_with(|| SendOutcome::Failed(e.clone()));
+                    }
+                    continue;
+                }
+                let others_up = live_brokers.iter().any(|b| *b != q.broker.as_str());
+                self.send_queue(
+                    live, topic, q, others_up, events, built, &size_of, &idx, outcomes, deadline,
+                );
+            }
+        }
+    }
+
+    /// Sends the events `idx` (in order) to queue `q`, batch after batch, stopping each key at its
+    /// first failure.
+    #[allow(clippy::too_many_arguments)]
+    fn send_queue(
+        &self,
+        live: &Live,
+        topic: &str,
+        q: &QueueRef,
+        others_up: bool,
+        events: &[OutboundEvent],
+        built: &mut [Option<Message>],
+        size_of: &HashMap<usize, usize>,
+        idx: &[usize],
+        outcomes: &mut [Option<SendOutcome>],
+        deadline: Instant,
+    ) {
+        let mq = MessageQueue::from_parts(topic, q.broker.as_str(), q.queue_id as i32);
+        let mut failed: HashSet<String> = HashSet::new();
+        let held = || SendOutcome::Failed(SendError::held_back("an earlier event of the key failed"));
+        // Consecutive batches, in order, each at most batch_max_bytes.
+        let mut batch: Vec<usize> = Vec::new();
+        let mut bytes = 0;
+        let mut pending = idx.iter().copied().peekable();
+        loop {
+            let next = pending.peek().copied();
+            let full = next.is_some_and(|i| {
+                !batch.is_empty() && bytes + size_of.get(&i).copied().unwrap_or(0) > self.batch_max_bytes
+            });
+            if next.is_none() || full {
+                if batch.is_empty() {
+                    break;
+                }
+                // Keys that failed in an earlier batch of this call go no further.
+                let (go, stop): (Vec<usize>, Vec<usize>) = batch
+                    .drain(..)
+                    .partition(|&i| !failed.contains(&queue_key(&events[i].biz_no)));
+                for i in stop {
+                    outcomes[i] = Some(held());
+                }
+                let results = self.send_to_queue(live, &mq, others_up, events, built, &go, deadline);
+                for (&i, r) in go.iter().zip(results) {
+                    if matches!(r, SendOutcome::Failed(_)) {
+                        failed.insert(queue_key(&events[i].biz_no));
+                    }
+                    outcomes[i] = Some(r);
+                }
+                bytes = 0;
+                continue;
+            }
+            let i = pending.next().expect("peeked");
+            if outcomes[i].is_some() || built[i].is_none() {
+                // Could not be built (already failed): the key's later events wait.
+                failed.insert(queue_key(&events[i].biz_no));
+                continue;
+            }
+            if failed.contains(&queue_key(&events[i].biz_no)) {
+                outcomes[i] = Some(held());
+                continue;
+            }
+            bytes += size_of.get(&i).copied().unwrap_or(0);
+            batch.push(i);
+        }
+    }
+
+    /// One batch (or one message) to `mq`. A batch refused for its content is sent one by one,
+    /// each key stopping at its first failure. A broker that cannot be reached parks the events
+    /// when another broker of the topic is up.
+    #[allow(clippy::too_many_arguments)]
+    fn send_to_queue(
+        &self,
+        live: &Live,
+        mq: &MessageQueue,
+        others_up: bool,
+        events: &[OutboundEvent],
+        built: &mut [Option<Message>],
+        go: &[usize],
+        deadline: Instant,
+    ) -> Vec<SendOutcome> {
+        if go.is_empty() {
+            return Vec::new();
+        }
         let budget = deadline.saturating_duration_since(Instant::now());
         if budget < MIN_SEND_BUDGET {
-            return SendOutcome::Failed(budget_spent());
+            return vec![SendOutcome::Failed(budget_spent()); go.len()];
         }
-        let selector = |mqs: &[MessageQueue], m: &Message, key: &String| SelectMessageQueueByHash.select(mqs, m, key);
-        single_result(block_on_bounded(
-            live,
-            budget,
-            live.producer
-                .send_with_selector_timeout(message, selector, biz_no.to_string(), millis(budget)),
-        ))
+        let mut messages: Vec<Message> = go.iter().filter_map(|&i| built[i].take()).collect();
+        let result: std::result::Result<Vec<SendOutcome>, SendError> = if messages.len() == 1 {
+            let m = messages.pop().expect("one message");
+            match block_on_bounded(
+                live,
+                budget,
+                live.producer.send_to_queue_with_timeout(m, mq.clone(), millis(budget)),
+            ) {
+                Ok(Ok(Some(r))) => Ok(vec![single_outcome(&r)]),
+                Ok(Ok(None)) => Err(SendError::timeout("the client returned no send result")),
+                Ok(Err(e)) => Err(to_send_error(&e)),
+                Err(hung) => Err(hung),
+            }
+        } else {
+            match block_on_bounded(
+                live,
+                budget,
+                live.producer
+                    .send_batch_to_queue_with_timeout(messages, mq.clone(), millis(budget)),
+            ) {
+                Ok(Ok(r)) => Ok(batch_outcomes(&r, go.len())),
+                Ok(Err(e)) => Err(to_send_error(&e)),
+                Err(hung) => Err(hung),
+            }
+        };
+        match result {
+            Ok(v) => v,
+            Err(e) if e.kind == FailureKind::Rejected && go.len() > 1 => {
+                log::debug!(
+                    "ordered batch of {} refused ({}); sending one by one",
+                    go.len(),
+                    e.message
+                );
+                let mut failed: HashSet<String> = HashSet::new();
+                go.iter()
+                    .map(|&i| {
+                        let key = queue_key(&events[i].biz_no);
+                        if failed.contains(&key) {
+                            return SendOutcome::Failed(SendError::held_back("an earlier event of the key failed"));
+                        }
+                        let r = match build_message(&events[i], self.tag_source) {
+                            Ok(m) => self
+                                .send_to_queue(live, mq, others_up, events, &mut [Some(m)], &[0], deadline)
+                                .pop()
+                                .unwrap_or_else(|| SendOutcome::Failed(budget_spent())),
+                            Err(err) => SendOutcome::Failed(err),
+                        };
+                        if matches!(r, SendOutcome::Failed(_)) {
+                            failed.insert(key);
+                        }
+                        r
+                    })
+                    .collect()
+            }
+            Err(e) if e.kind == FailureKind::Unavailable && others_up => {
+                // This broker is gone (or going) while others serve the topic: park its keys.
+                self.routes.lock().remove(mq.topic_str());
+                let parked = SendError::parked(format!("broker {} unreachable: {}", mq.broker_name(), e.message));
+                vec![SendOutcome::Failed(parked); go.len()]
+            }
+            Err(e) => vec![SendOutcome::Failed(e); go.len()],
+        }
+    }
+
+    /// The queues of `topic`'s route now (cached for [`ROUTE_TTL`]). A topic without a route is
+    /// created on the brokers that create topics on first use, as a first send would.
+    fn live_queues(
+        &self,
+        live: &Live,
+        topic: &str,
+        deadline: Instant,
+    ) -> std::result::Result<Vec<QueueRef>, SendError> {
+        if let Some((at, qs)) = self.routes.lock().get(topic) {
+            if at.elapsed() < ROUTE_TTL {
+                return Ok(qs.clone());
+            }
+        }
+        let fetch = |topic: &str| -> std::result::Result<Vec<QueueRef>, SendError> {
+            let budget = deadline.saturating_duration_since(Instant::now());
+            if budget < MIN_SEND_BUDGET {
+                return Err(budget_spent());
+            }
+            let mut producer = live.producer.clone();
+            match live
+                .owner
+                .block_on(async { tokio::time::timeout(budget, producer.fetch_publish_message_queues(topic)).await })
+            {
+                Ok(Ok(qs)) => Ok(qs
+                    .iter()
+                    .map(|q| QueueRef {
+                        broker: q.broker_name().to_string(),
+                        queue_id: q.queue_id().max(0) as u32,
+                    })
+                    .collect()),
+                Ok(Err(e)) => Err(SendError::unavailable(format!("{NO_ROUTE}: {}", describe(&e)))),
+                Err(_) => Err(SendError::timeout("the route lookup timed out")),
+            }
+        };
+        let mut found = fetch(topic);
+        let missing = found.as_ref().map_or(true, |v| v.is_empty());
+        if missing
+            && self.created.lock().insert(topic.to_string())
+            && fetch(AUTO_CREATE_TOPIC).is_ok_and(|v| !v.is_empty())
+        {
+            let mut producer = live.producer.clone();
+            let created = live.owner.block_on(async {
+                producer
+                    .create_topic(AUTO_CREATE_TOPIC, topic, ORDERED_TOPIC_QUEUES, HashMap::new())
+                    .await
+            });
+            match created {
+                Ok(()) => log::info!("created ordered topic {topic} ({ORDERED_TOPIC_QUEUES} queues per broker)"),
+                Err(e) => log::warn!("could not create ordered topic {topic}: {}", describe(&e)),
+            }
+            found = fetch(topic);
+        }
+        let mut qs = found?;
+        qs.sort();
+        self.routes
+            .lock()
+            .insert(topic.to_string(), (Instant::now(), qs.clone()));
+        Ok(qs)
     }
 }
 
@@ -404,20 +695,8 @@ impl Publisher for RocketMqPublisher {
             }
         }
         let mut broker_down: Option<SendError> = None;
-        if self.ordered {
-            for (i, e) in events.iter().enumerate() {
-                let Some(m) = built[i].take() else { continue };
-                let r = match &broker_down {
-                    Some(down) => SendOutcome::Failed(down.clone()),
-                    None => self.send_ordered(live, m, &e.biz_no, deadline),
-                };
-                if let SendOutcome::Failed(err) = &r {
-                    if err.kind == FailureKind::Unavailable && broker_down.is_none() {
-                        broker_down = Some(err.clone());
-                    }
-                }
-                outcomes[i] = Some(r);
-            }
+        if let Some(book) = &self.book {
+            self.publish_ordered(live, book, events, &mut built, &sizes, &mut outcomes, deadline);
         } else {
             for group in plan_batches(events, &sizes, self.batch_max_bytes) {
                 let members: Vec<&OutboundEvent> = group.iter().map(|&i| &events[i]).collect();
