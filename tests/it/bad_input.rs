@@ -236,6 +236,7 @@ fn outboxd_reports_every_bad_key_at_once_and_exits_2() {
     }
 }
 
+#[cfg(feature = "daemon")]
 #[test]
 fn outboxd_reports_checks_across_keys_together_with_bad_values() {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_outboxd"));
