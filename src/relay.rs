@@ -232,6 +232,9 @@ impl Relay {
             .instance_id
             .clone()
             .unwrap_or_else(|| default_instance_id(&config));
+        // Refuse a table that cannot hold what this relay writes (a seed-era table not migrated),
+        // rather than failing every claim or enqueue later.
+        crate::migrate::check_table_shape(&pool, &config, &owner, publisher.is_some())?;
         let store = Store::new(pool, &config, owner);
         let (wake_tx, wake_rx) = bounded(1);
         let (capacity_tx, capacity_rx) = bounded(1);
