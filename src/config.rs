@@ -74,6 +74,19 @@ pub enum DeadHeadPolicy {
     Block,
 }
 
+/// A named starting point for the settings; keys set after it override its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The project's defaults ([`Config::default`]).
+    Default,
+    /// The seed's settings ([`Config::seed_compatible`]).
+    Seed,
+}
+
+/// Length of the `claim_owner` column of a table created (or upgraded) by the migrations: the
+/// longest instance id the relay can store.
+pub const CLAIM_OWNER_MAX_CHARS: usize = 128;
+
 /// Which broker the relay publishes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PublisherKind {
@@ -109,8 +122,12 @@ pub enum TagSource {
 /// The whole configuration of one relay instance.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// The profile the settings started from (the values it sets may have been overridden since).
+    pub profile: Profile,
     /// `mysql://user:pass@host:port/db`. Required.
     pub db_url: String,
+    /// How long `outboxd run` keeps retrying a database it cannot reach at start (0 = fail at once).
+    pub startup_db_wait: Duration,
     /// Largest number of connections the relay opens.
     pub db_pool_max: usize,
     /// The outbox table (identifier characters only).
@@ -166,7 +183,9 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            profile: Profile::Default,
             db_url: String::new(),
+            startup_db_wait: Duration::from_secs(300),
             db_pool_max: 8,
             table: "t_event_record".into(),
             instance_id: None,
@@ -229,7 +248,9 @@ macro_rules! keys {
 }
 
 keys! {
+    "profile" => "default or seed: the values every other key starts from (seed: the seed publisher's batch 20, scan 5 s, lease 10 min, max retry 3, per-row claims, one sender); keys set after it override",
     "db.url" => "MySQL/MariaDB URL, mysql://user:pass@host:port/db (required)",
+    "startup.db.wait.ms" => "outboxd run: how long to keep retrying a database that cannot be reached at start, with backoff, before exiting (0 = fail at once); access denied or an unknown database fail at once",
     "db.pool.max" => "largest number of database connections the relay opens",
     "table" => "outbox table name (letters, digits, underscore)",
     "instance.id" => "claim_owner written by this instance; empty derives <service>-<port or pid>-<random6>",
@@ -287,6 +308,32 @@ impl Config {
     /// lease 10 min, max retry 3, `n² · 5 s`, per-row claims, one sequential sender.
     pub fn seed_compatible(db_url: impl Into<String>) -> Self {
         let mut c = Config::new(db_url);
+        c.apply_profile(Profile::Seed);
+        c
+    }
+
+    /// Sets every value a profile defines (the others are left as they are).
+    pub fn apply_profile(&mut self, profile: Profile) {
+        if profile == Profile::Default {
+            let d = Config::default();
+            self.claim_strategy = d.claim_strategy;
+            self.batch_size = d.batch_size;
+            self.scan_interval = d.scan_interval;
+            self.scan_drain = d.scan_drain;
+            self.reclaim_interval = d.reclaim_interval;
+            self.lease = d.lease;
+            self.lease_renew_fraction = d.lease_renew_fraction;
+            self.max_retry = d.max_retry;
+            self.backoff = d.backoff;
+            self.workers = d.workers;
+            self.publish_batch_max = d.publish_batch_max;
+            self.max_in_flight = d.max_in_flight;
+            self.topic = d.topic;
+            self.profile = Profile::Default;
+            return;
+        }
+        let c = self;
+        c.profile = Profile::Seed;
         c.claim_strategy = ClaimStrategy::PerRow;
         c.batch_size = 20;
         c.scan_interval = Duration::from_secs(5);
@@ -305,13 +352,18 @@ impl Config {
         c.publish_batch_max = 1;
         c.max_in_flight = 20;
         c.topic = "ORDER_EVENT_TOPIC".into();
-        c
     }
 
     /// Sets one key from its string form; the error names the key and the value.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let v = value.trim();
         match key {
+            "profile" => self.apply_profile(choice(
+                key,
+                v,
+                &[("default", Profile::Default), ("seed", Profile::Seed)],
+            )?),
+            "startup.db.wait.ms" => self.startup_db_wait = millis(key, v, 0, 86_400_000)?,
             "db.url" => {
                 if v.is_empty() {
                     return Err(ConfigError::invalid(key, value, "must not be empty"));
@@ -429,6 +481,12 @@ impl Config {
     pub fn get(&self, key: &str) -> Option<String> {
         let ms = |d: &Duration| d.as_millis().to_string();
         Some(match key {
+            "profile" => match self.profile {
+                Profile::Default => "default",
+                Profile::Seed => "seed",
+            }
+            .into(),
+            "startup.db.wait.ms" => ms(&self.startup_db_wait),
             "db.url" => self.db_url.clone(),
             "db.pool.max" => self.db_pool_max.to_string(),
             "table" => self.table.clone(),
@@ -510,6 +568,13 @@ impl Config {
         })
     }
 
+    /// The longest instance id derived from `service.name` and `service.port` can be (the
+    /// process id, up to 10 digits, stands in for an unset port).
+    pub fn longest_derived_instance_id(&self) -> usize {
+        let port = self.service_port.map(|p| p.to_string().len()).unwrap_or(10);
+        self.service_name.chars().count() + 1 + port + 1 + 6
+    }
+
     /// Checks the values against each other. [`crate::Relay::start`] calls it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self.problems().into_iter().next() {
@@ -531,6 +596,32 @@ impl Config {
         }
         if let Err(e) = topic("topic", &self.topic) {
             out.push(e);
+        }
+        // The instance id goes into claim_owner (VARCHAR(128)); one that does not fit would make
+        // every claim fail.
+        match &self.instance_id {
+            Some(id) if id.chars().count() > CLAIM_OWNER_MAX_CHARS => out.push(ConfigError::invalid(
+                "instance.id",
+                id,
+                format!(
+                    "is {} characters; claim_owner holds at most {CLAIM_OWNER_MAX_CHARS}",
+                    id.chars().count()
+                ),
+            )),
+            Some(_) => {}
+            None if self.longest_derived_instance_id() > CLAIM_OWNER_MAX_CHARS => out.push(ConfigError::invalid(
+                "service.name",
+                &self.service_name,
+                format!(
+                    "is {} characters: the derived instance id <service.name>-<port or pid>-<6 hex> \
+                         could be {} characters, and claim_owner holds at most {CLAIM_OWNER_MAX_CHARS}; \
+                         use at most {} characters or set instance.id",
+                    self.service_name.chars().count(),
+                    self.longest_derived_instance_id(),
+                    CLAIM_OWNER_MAX_CHARS - (self.longest_derived_instance_id() - self.service_name.chars().count())
+                ),
+            )),
+            None => {}
         }
         if self.send_timeout * 4 > self.lease {
             out.push(ConfigError::Inconsistent {
