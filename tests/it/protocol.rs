@@ -228,7 +228,11 @@ fn a_seed_publisher_that_takes_over_a_stalled_claim_is_not_overwritten_by_our_la
         (10,),
     )
     .unwrap();
-    assert_eq!(c.affected_rows(), 3, "the seed's reclaimStuck takes the stalled rows back");
+    assert_eq!(
+        c.affected_rows(),
+        3,
+        "the seed's reclaimStuck takes the stalled rows back"
+    );
     let candidates: Vec<Row> = c
         .exec(
             "SELECT * FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= NOW() \
@@ -255,8 +259,16 @@ fn a_seed_publisher_that_takes_over_a_stalled_claim_is_not_overwritten_by_our_la
 
     // Our instance resumes: every late transition under the old claim changes nothing.
     assert_eq!(ours.renew(token, &ids).unwrap(), 0, "late renew");
-    assert_eq!(ours.release_unsent(token, &ids, "late release").unwrap(), 0, "late release");
-    assert_eq!(ours.release_for_retry(token, &ids, "late retry").unwrap(), 0, "late retry");
+    assert_eq!(
+        ours.release_unsent(token, &ids, "late release").unwrap(),
+        0,
+        "late release"
+    );
+    assert_eq!(
+        ours.release_for_retry(token, &ids, "late retry").unwrap(),
+        0,
+        "late retry"
+    );
     assert_eq!(ours.fail(token, &ids, "late fail").unwrap(), 0, "late fail");
     let acks: Vec<(u64, Option<String>)> = ids.iter().map(|id| (*id, Some("LATE".into()))).collect();
     assert_eq!(ours.ack(token, &acks).unwrap(), 0, "late ack");
