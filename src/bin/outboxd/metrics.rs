@@ -120,6 +120,32 @@ impl Collector for RelayCollector {
         )?;
         gauge(
             &mut enc,
+            "outbox_claim_failures_in_a_row",
+            "Claim rounds that failed one after the other (0 after a success)",
+            s.claim_failures_in_a_row as f64,
+        )?;
+        gauge(
+            &mut enc,
+            "outbox_write_failures_in_a_row",
+            "Acks, releases, dead-letterings and renewals that failed one after the other",
+            s.write_failures_in_a_row as f64,
+        )?;
+        gauge(
+            &mut enc,
+            "outbox_stalled",
+            "1 while the relay cannot make progress (claims or writes failing in a row; /healthz says why)",
+            if s.stalled.is_some() { 1.0 } else { 0.0 },
+        )?;
+        if let Some(age) = s.since_last_claim {
+            gauge(
+                &mut enc,
+                "outbox_last_claim_success_age_seconds",
+                "Time since the last claim round that succeeded",
+                age.as_secs_f64(),
+            )?;
+        }
+        gauge(
+            &mut enc,
             "outbox_in_flight",
             "Claimed events not yet recorded",
             s.in_flight as f64,
@@ -184,11 +210,14 @@ pub fn serve(addr: &str, relay: Arc<Relay>, latency: Latency) -> std::io::Result
                     }
                     "/healthz" => {
                         let (db, broker) = relay.health();
-                        let body = format!(
+                        let mut body = format!(
                             "db={} broker={}\n",
                             if db { "up" } else { "down" },
                             if broker { "up" } else { "down" }
                         );
+                        if let Some(why) = relay.stalled() {
+                            body.push_str(&format!("stalled: {why}\n"));
+                        }
                         (if db && broker { 200 } else { 503 }, body, "text/plain")
                     }
                     _ => (404, "not found: try /metrics or /healthz\n".into(), "text/plain"),
