@@ -126,7 +126,9 @@ pub fn migrate_table(pool: &Pool, table: &str) -> Result<MigrationReport> {
 pub fn check_table_shape(pool: &Pool, config: &crate::Config, owner: &str, relaying: bool) -> Result<()> {
     let table = crate::config::table_name("table", &config.table)?;
     let mut conn = pool.get_conn()?;
-    let cols: Vec<(String, String, String, Option<u64>, Option<u64>)> = conn.exec(
+    // (name, COLUMN_TYPE, DATA_TYPE, length in characters, length in bytes)
+    type Column = (String, String, String, Option<u64>, Option<u64>);
+    let cols: Vec<Column> = conn.exec(
         "SELECT COLUMN_NAME, COLUMN_TYPE, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, CHARACTER_OCTET_LENGTH \
          FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? \
          AND COLUMN_NAME IN ('claim_owner', 'payload')",
