@@ -91,6 +91,15 @@ pub fn judge(e: &Error, config: &Config) -> Verdict {
             Verdict::Transient(format!("cannot reach the database at {addr} ({})", kind_words(*kind)))
         }
         mysql::Error::UrlError(u) => Verdict::Fatal(format!("db.url is not a valid database URL: {u}")),
+        mysql::Error::IoError(io) => Verdict::Transient(format!(
+            "cannot reach the database at {addr} ({})",
+            kind_words(io.kind())
+        )),
+        // The driver implements only the old `cause`: look into the codec error itself.
+        mysql::Error::CodecError(c) => match io_kind(c) {
+            Some(kind) => Verdict::Transient(format!("cannot reach the database at {addr} ({})", kind_words(kind))),
+            None => Verdict::Transient(format!("the database at {addr} failed: {c}")),
+        },
         other => match io_kind(other) {
             Some(kind) => Verdict::Transient(format!("cannot reach the database at {addr} ({})", kind_words(kind))),
             None => Verdict::Transient(format!("the database at {addr} failed: {other}")),
@@ -122,6 +131,11 @@ mod tests {
             judge(&eagain, &cfg()),
             Verdict::Transient("cannot reach the database at db.example:3307 (no answer, timed out)".into())
         );
+        // "CodecError { IO error: Resource temporarily unavailable (os error 11) }", as in the field.
+        let codec = Error::Db(mysql::Error::CodecError(
+            std::io::Error::from(ErrorKind::WouldBlock).into(),
+        ));
+        assert!(matches!(judge(&codec, &cfg()), Verdict::Transient(m) if m.contains("timed out")));
         let gone = Error::Db(mysql::Error::server_disconnected());
         assert!(matches!(judge(&gone, &cfg()), Verdict::Transient(m) if m.contains("closed the connection")));
     }
