@@ -384,6 +384,9 @@ fn run_relays_serves_metrics_and_drains_on_sigterm() {
         "outbox_sending_rows",
         "outbox_fail_rows",
         "outbox_oldest_wait_age_seconds",
+        "outbox_claim_failures_in_a_row",
+        "outbox_write_failures_in_a_row",
+        "outbox_stalled 0",
     ] {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
     }
@@ -544,6 +547,8 @@ fn run_waits_for_a_database_that_is_unreachable_at_start_reporting_why_then_rela
         )),
         "{body}"
     );
+    let (_, metrics) = http_get(metrics_port, "/metrics").unwrap();
+    assert!(metrics.contains("outbox_starting 1"), "{metrics}");
     assert_eq!(child.try_wait().unwrap(), None, "outboxd keeps waiting");
     // The database becomes reachable: the relay starts, /healthz reports on it.
     forward(
