@@ -83,6 +83,37 @@ pub enum Profile {
     Seed,
 }
 
+/// The keys a [`Profile`] sets.
+const PROFILE_KEYS: &[&str] = &[
+    "claim.strategy",
+    "batch.size",
+    "scan.interval.ms",
+    "scan.drain",
+    "reclaim.interval.ms",
+    "lease.ms",
+    "lease.renew.fraction",
+    "max.retry",
+    "backoff.policy",
+    "backoff.base.ms",
+    "backoff.max.ms",
+    "backoff.jitter",
+    "workers",
+    "publish.batch.max",
+    "max.in.flight",
+    "topic",
+];
+
+/// The keys given a value with [`Config::set`], which a profile leaves as they are. Bookkeeping
+/// only: two configurations with the same values are equal whichever keys were set.
+#[derive(Debug, Clone, Default)]
+pub struct ExplicitKeys(std::collections::BTreeSet<&'static str>);
+
+impl PartialEq for ExplicitKeys {
+    fn eq(&self, _: &ExplicitKeys) -> bool {
+        true
+    }
+}
+
 /// Length of the `claim_owner` column of a table created (or upgraded) by the migrations: the
 /// longest instance id the relay can store.
 pub const CLAIM_OWNER_MAX_CHARS: usize = 128;
@@ -178,6 +209,8 @@ pub struct Config {
     pub retention_round_max: Duration,
     /// `host:port` of the daemon's metrics endpoint; `None` = off.
     pub metrics_listen: Option<String>,
+    /// Keys set with [`Config::set`] (a profile applied later keeps their values).
+    pub explicit: ExplicitKeys,
 }
 
 impl Default for Config {
@@ -229,6 +262,7 @@ impl Default for Config {
             retention_interval: Duration::from_secs(60),
             retention_round_max: Duration::from_secs(2),
             metrics_listen: None,
+            explicit: ExplicitKeys::default(),
         }
     }
 }
@@ -248,7 +282,7 @@ macro_rules! keys {
 }
 
 keys! {
-    "profile" => "default or seed: the values every other key starts from (seed: the seed publisher's batch 20, scan 5 s, lease 10 min, max retry 3, per-row claims, one sender); keys set after it override",
+    "profile" => "default or seed: the values every other key starts from (seed: the seed publisher's batch 20, scan 5 s, lease 10 min, max retry 3, per-row claims, one sender); keys set anywhere, before or after it, override it",
     "db.url" => "MySQL/MariaDB URL, mysql://user:pass@host:port/db (required)",
     "startup.db.wait.ms" => "outboxd run: how long to keep retrying a database that cannot be reached at start, with backoff, before exiting (0 = fail at once); access denied or an unknown database fail at once",
     "db.pool.max" => "largest number of database connections the relay opens",
@@ -312,50 +346,56 @@ impl Config {
         c
     }
 
-    /// Sets every value a profile defines (the others are left as they are).
-    pub fn apply_profile(&mut self, profile: Profile) {
-        if profile == Profile::Default {
-            let d = Config::default();
-            self.claim_strategy = d.claim_strategy;
-            self.batch_size = d.batch_size;
-            self.scan_interval = d.scan_interval;
-            self.scan_drain = d.scan_drain;
-            self.reclaim_interval = d.reclaim_interval;
-            self.lease = d.lease;
-            self.lease_renew_fraction = d.lease_renew_fraction;
-            self.max_retry = d.max_retry;
-            self.backoff = d.backoff;
-            self.workers = d.workers;
-            self.publish_batch_max = d.publish_batch_max;
-            self.max_in_flight = d.max_in_flight;
-            self.topic = d.topic;
-            self.profile = Profile::Default;
-            return;
+    /// The values of a profile, on top of the defaults.
+    fn profile_values(profile: Profile) -> Config {
+        let mut c = Config::default();
+        if profile == Profile::Seed {
+            c.claim_strategy = ClaimStrategy::PerRow;
+            c.batch_size = 20;
+            c.scan_interval = Duration::from_secs(5);
+            c.scan_drain = false;
+            c.reclaim_interval = Duration::from_secs(60);
+            c.lease = Duration::from_secs(600);
+            c.lease_renew_fraction = 0.0;
+            c.max_retry = 3;
+            c.backoff = Backoff {
+                policy: BackoffPolicy::Quadratic,
+                base: Duration::from_secs(5),
+                max: Duration::from_secs(3600),
+                jitter: 0.0,
+            };
+            c.workers = 1;
+            c.publish_batch_max = 1;
+            c.max_in_flight = 20;
+            c.topic = "ORDER_EVENT_TOPIC".into();
         }
-        let c = self;
-        c.profile = Profile::Seed;
-        c.claim_strategy = ClaimStrategy::PerRow;
-        c.batch_size = 20;
-        c.scan_interval = Duration::from_secs(5);
-        c.scan_drain = false;
-        c.reclaim_interval = Duration::from_secs(60);
-        c.lease = Duration::from_secs(600);
-        c.lease_renew_fraction = 0.0;
-        c.max_retry = 3;
-        c.backoff = Backoff {
-            policy: BackoffPolicy::Quadratic,
-            base: Duration::from_secs(5),
-            max: Duration::from_secs(3600),
-            jitter: 0.0,
-        };
-        c.workers = 1;
-        c.publish_batch_max = 1;
-        c.max_in_flight = 20;
-        c.topic = "ORDER_EVENT_TOPIC".into();
+        c
+    }
+
+    /// Sets every value a profile defines, except the keys already given a value with
+    /// [`Config::set`]: those win whatever order the keys come in (a TOML file, a Go map, Java
+    /// properties).
+    pub fn apply_profile(&mut self, profile: Profile) {
+        let target = Config::profile_values(profile);
+        for key in PROFILE_KEYS {
+            if !self.explicit.0.contains(key) {
+                let v = target.get(key).expect("a profile key");
+                self.set_value(key, &v).expect("a profile's values are valid");
+            }
+        }
+        self.profile = profile;
     }
 
     /// Sets one key from its string form; the error names the key and the value.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        self.set_value(key, value)?;
+        if let Some(k) = KEYS.iter().find(|k| k.key == key && k.key != "profile") {
+            self.explicit.0.insert(k.key);
+        }
+        Ok(())
+    }
+
+    fn set_value(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let v = value.trim();
         match key {
             "profile" => self.apply_profile(choice(
@@ -845,6 +885,27 @@ mod tests {
         let delays: Vec<u64> = (1..=3).map(|n| c.backoff.delay(n).as_secs()).collect();
         assert_eq!(delays, vec![5, 20, 45]);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_profile_keeps_keys_set_before_it_so_order_does_not_matter() {
+        let mut before = Config::new("mysql://root@127.0.0.1/test");
+        before.set("batch.size", "7").unwrap();
+        before.set("profile", "seed").unwrap();
+        let mut after = Config::new("mysql://root@127.0.0.1/test");
+        after.set("profile", "seed").unwrap();
+        after.set("batch.size", "7").unwrap();
+        assert_eq!(before, after);
+        assert_eq!(before.batch_size, 7);
+        assert_eq!(before.lease, Duration::from_secs(600));
+        assert_eq!(before.profile, Profile::Seed);
+        // Back to the defaults, the explicit key still kept.
+        before.set("profile", "default").unwrap();
+        assert_eq!(before.batch_size, 7);
+        assert_eq!(before.lease, Config::default().lease);
+        let seed = Config::seed_compatible("mysql://root@127.0.0.1/test");
+        assert_eq!(seed.get("profile").as_deref(), Some("seed"));
+        assert_eq!(seed.batch_size, 20);
     }
 
     #[test]
