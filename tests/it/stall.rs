@@ -31,6 +31,7 @@ fn claims_that_keep_failing_stall_the_relay_loudly_until_the_cause_is_fixed() {
     );
     let s = relay.counters();
     let why = s.stalled.clone().expect("stalled with a reason");
+    eprintln!("stalled: {why}");
     assert!(why.contains("claiming") && why.contains("claim_owner"), "{why}");
     assert!(relay.stalled().is_some());
     let json: serde_json::Value = serde_json::from_str(&s.to_json()).unwrap();
@@ -76,6 +77,7 @@ fn acks_that_keep_failing_stall_the_relay_loudly_until_the_cause_is_fixed() {
         relay.counters()
     );
     let why = relay.stalled().expect("stalled with a reason");
+    eprintln!("stalled: {why}");
     assert!(why.contains("ack") && why.contains("broker_msg_id"), "{why}");
     assert!(!relay.health().0, "health is not OK while stalled");
     assert_eq!(db.count("SUCCESS"), 0);
@@ -90,6 +92,75 @@ fn acks_that_keep_failing_stall_the_relay_loudly_until_the_cause_is_fixed() {
     );
     assert!(wait_until(LONG, || relay.stalled().is_none()), "{:?}", relay.stalled());
     assert_eq!(relay.counters().write_failures_in_a_row, 0);
+    assert!(relay.health().0);
+    relay.stop(Duration::from_secs(5));
+}
+
+/// A database user of its own, with rights on the outbox table only (table-level rights apply
+/// to open connections at their next statement), dropped at the end.
+struct TableUser {
+    admin: mysql::Pool,
+    name: String,
+}
+
+impl Drop for TableUser {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.admin.get_conn() {
+            let _ = c.query_drop(format!("DROP USER IF EXISTS '{}'@'%'", self.name));
+        }
+    }
+}
+
+#[test]
+fn a_revoked_update_right_stalls_the_relay_until_it_is_granted_again() {
+    let db = TestDb::new("stallgrant");
+    let user = TableUser {
+        admin: db.pool.clone(),
+        name: format!("stall{:08x}", rand::random::<u32>()),
+    };
+    let mut admin = db.conn();
+    admin
+        .query_drop(format!("CREATE USER '{}'@'%' IDENTIFIED BY 'pw'", user.name))
+        .unwrap();
+    let table = format!("{}.t_event_record", db.name);
+    admin
+        .query_drop(format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO '{}'@'%'",
+            user.name
+        ))
+        .unwrap();
+    let mut cfg = db.config();
+    cfg.db_url = format!(
+        "{}/{}",
+        crate::support::server_url().replacen("mysql://root@", &format!("mysql://{}:pw@", user.name), 1),
+        db.name
+    );
+    cfg.instance_id = Some("stall-grant-1".into());
+    let rec = Recorder::new();
+    let relay = Relay::start(cfg, rec.clone()).unwrap();
+    admin
+        .query_drop(format!("REVOKE UPDATE ON {table} FROM '{}'@'%'", user.name))
+        .unwrap();
+    let ids = db.seed(4);
+    assert!(
+        wait_until(LONG, || relay.stalled().is_some()),
+        "claims fail without the right: {:?}",
+        relay.counters()
+    );
+    let why = relay.stalled().unwrap();
+    eprintln!("stalled: {why}");
+    assert!(why.contains("claiming") && why.contains("denied"), "{why}");
+    assert!(!relay.health().0);
+    assert_eq!(rec.total_sent(), 0);
+    admin
+        .query_drop(format!("GRANT UPDATE ON {table} TO '{}'@'%'", user.name))
+        .unwrap();
+    assert!(
+        wait_until(LONG, || db.count("SUCCESS") == ids.len() as u64),
+        "relayed once the right is back: {:?}",
+        db.rows()
+    );
+    assert_eq!(relay.stalled(), None);
     assert!(relay.health().0);
     relay.stop(Duration::from_secs(5));
 }
