@@ -478,7 +478,9 @@ fn log_figures(path: &Path) -> LogFigures {
         if line.contains("dead letter: event") {
             f.dead_letters += 1;
         }
-        if line.contains(" failed, retrying in ") || line.contains("failed and the lease is ending") {
+        // The first failure of each streak of failing database work (later ones are rate-limited
+        // ERRORs with counts), and each state change given up at the end of its lease.
+        if line.contains(" failed, retrying") || line.contains("failed and the lease is ending") {
             f.db_errors += 1;
         }
     }

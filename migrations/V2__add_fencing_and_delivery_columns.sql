@@ -6,7 +6,8 @@
 --   sent_at        when the broker acknowledged the message (DB clock);
 --   broker_msg_id  the message id the broker returned;
 --   last_error     why the last attempt failed.
--- Times of a seed-era table are widened to milliseconds.
+-- New nullable columns only: instant (metadata only, no copy, writers never wait). The widening of
+-- a seed-era table's columns is V7, one table copy for all of it.
 ALTER TABLE t_event_record
   ADD COLUMN claim_token   BIGINT UNSIGNED NULL AFTER claimed_at,
   ADD COLUMN topic         VARCHAR(127)    NULL,
@@ -15,7 +16,4 @@ ALTER TABLE t_event_record
   ADD COLUMN sent_at       DATETIME(3)     NULL,
   ADD COLUMN broker_msg_id VARCHAR(128)    NULL,
   ADD COLUMN last_error    VARCHAR(1024)   NULL,
-  MODIFY COLUMN next_retry_time DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-  MODIFY COLUMN claimed_at      DATETIME(3) NULL,
-  MODIFY COLUMN create_time     DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-  MODIFY COLUMN update_time     DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3);
+  ALGORITHM = INSTANT;

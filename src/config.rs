@@ -74,6 +74,50 @@ pub enum DeadHeadPolicy {
     Block,
 }
 
+/// A named starting point for the settings; keys set after it override its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The project's defaults ([`Config::default`]).
+    Default,
+    /// The seed's settings ([`Config::seed_compatible`]).
+    Seed,
+}
+
+/// The keys a [`Profile`] sets.
+const PROFILE_KEYS: &[&str] = &[
+    "claim.strategy",
+    "batch.size",
+    "scan.interval.ms",
+    "scan.drain",
+    "reclaim.interval.ms",
+    "lease.ms",
+    "lease.renew.fraction",
+    "max.retry",
+    "backoff.policy",
+    "backoff.base.ms",
+    "backoff.max.ms",
+    "backoff.jitter",
+    "workers",
+    "publish.batch.max",
+    "max.in.flight",
+    "topic",
+];
+
+/// The keys given a value with [`Config::set`], which a profile leaves as they are. Bookkeeping
+/// only: two configurations with the same values are equal whichever keys were set.
+#[derive(Debug, Clone, Default)]
+pub struct ExplicitKeys(std::collections::BTreeSet<&'static str>);
+
+impl PartialEq for ExplicitKeys {
+    fn eq(&self, _: &ExplicitKeys) -> bool {
+        true
+    }
+}
+
+/// Length of the `claim_owner` column of a table created (or upgraded) by the migrations: the
+/// longest instance id the relay can store.
+pub const CLAIM_OWNER_MAX_CHARS: usize = 128;
+
 /// Which broker the relay publishes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PublisherKind {
@@ -109,8 +153,12 @@ pub enum TagSource {
 /// The whole configuration of one relay instance.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// The profile the settings started from (the values it sets may have been overridden since).
+    pub profile: Profile,
     /// `mysql://user:pass@host:port/db`. Required.
     pub db_url: String,
+    /// How long `outboxd run` keeps retrying a database it cannot reach at start (0 = fail at once).
+    pub startup_db_wait: Duration,
     /// Largest number of connections the relay opens.
     pub db_pool_max: usize,
     /// The outbox table (identifier characters only).
@@ -161,12 +209,16 @@ pub struct Config {
     pub retention_round_max: Duration,
     /// `host:port` of the daemon's metrics endpoint; `None` = off.
     pub metrics_listen: Option<String>,
+    /// Keys set with [`Config::set`] (a profile applied later keeps their values).
+    pub explicit: ExplicitKeys,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
+            profile: Profile::Default,
             db_url: String::new(),
+            startup_db_wait: Duration::from_secs(300),
             db_pool_max: 8,
             table: "t_event_record".into(),
             instance_id: None,
@@ -210,6 +262,7 @@ impl Default for Config {
             retention_interval: Duration::from_secs(60),
             retention_round_max: Duration::from_secs(2),
             metrics_listen: None,
+            explicit: ExplicitKeys::default(),
         }
     }
 }
@@ -229,7 +282,9 @@ macro_rules! keys {
 }
 
 keys! {
+    "profile" => "default or seed: the values every other key starts from (seed: the seed publisher's batch 20, scan 5 s, lease 10 min, max retry 3, per-row claims, one sender); keys set anywhere, before or after it, override it",
     "db.url" => "MySQL/MariaDB URL, mysql://user:pass@host:port/db (required)",
+    "startup.db.wait.ms" => "outboxd run: how long to keep retrying a database that cannot be reached at start, with backoff, before exiting (0 = fail at once); access denied or an unknown database fail at once",
     "db.pool.max" => "largest number of database connections the relay opens",
     "table" => "outbox table name (letters, digits, underscore)",
     "instance.id" => "claim_owner written by this instance; empty derives <service>-<port or pid>-<random6>",
@@ -287,31 +342,68 @@ impl Config {
     /// lease 10 min, max retry 3, `n² · 5 s`, per-row claims, one sequential sender.
     pub fn seed_compatible(db_url: impl Into<String>) -> Self {
         let mut c = Config::new(db_url);
-        c.claim_strategy = ClaimStrategy::PerRow;
-        c.batch_size = 20;
-        c.scan_interval = Duration::from_secs(5);
-        c.scan_drain = false;
-        c.reclaim_interval = Duration::from_secs(60);
-        c.lease = Duration::from_secs(600);
-        c.lease_renew_fraction = 0.0;
-        c.max_retry = 3;
-        c.backoff = Backoff {
-            policy: BackoffPolicy::Quadratic,
-            base: Duration::from_secs(5),
-            max: Duration::from_secs(3600),
-            jitter: 0.0,
-        };
-        c.workers = 1;
-        c.publish_batch_max = 1;
-        c.max_in_flight = 20;
-        c.topic = "ORDER_EVENT_TOPIC".into();
+        c.apply_profile(Profile::Seed);
         c
+    }
+
+    /// The values of a profile, on top of the defaults.
+    fn profile_values(profile: Profile) -> Config {
+        let mut c = Config::default();
+        if profile == Profile::Seed {
+            c.claim_strategy = ClaimStrategy::PerRow;
+            c.batch_size = 20;
+            c.scan_interval = Duration::from_secs(5);
+            c.scan_drain = false;
+            c.reclaim_interval = Duration::from_secs(60);
+            c.lease = Duration::from_secs(600);
+            c.lease_renew_fraction = 0.0;
+            c.max_retry = 3;
+            c.backoff = Backoff {
+                policy: BackoffPolicy::Quadratic,
+                base: Duration::from_secs(5),
+                max: Duration::from_secs(3600),
+                jitter: 0.0,
+            };
+            c.workers = 1;
+            c.publish_batch_max = 1;
+            c.max_in_flight = 20;
+            c.topic = "ORDER_EVENT_TOPIC".into();
+        }
+        c
+    }
+
+    /// Sets every value a profile defines, except the keys already given a value with
+    /// [`Config::set`]: those win whatever order the keys come in (a TOML file, a Go map, Java
+    /// properties).
+    pub fn apply_profile(&mut self, profile: Profile) {
+        let target = Config::profile_values(profile);
+        for key in PROFILE_KEYS {
+            if !self.explicit.0.contains(key) {
+                let v = target.get(key).expect("a profile key");
+                self.set_value(key, &v).expect("a profile's values are valid");
+            }
+        }
+        self.profile = profile;
     }
 
     /// Sets one key from its string form; the error names the key and the value.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        self.set_value(key, value)?;
+        if let Some(k) = KEYS.iter().find(|k| k.key == key && k.key != "profile") {
+            self.explicit.0.insert(k.key);
+        }
+        Ok(())
+    }
+
+    fn set_value(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let v = value.trim();
         match key {
+            "profile" => self.apply_profile(choice(
+                key,
+                v,
+                &[("default", Profile::Default), ("seed", Profile::Seed)],
+            )?),
+            "startup.db.wait.ms" => self.startup_db_wait = millis(key, v, 0, 86_400_000)?,
             "db.url" => {
                 if v.is_empty() {
                     return Err(ConfigError::invalid(key, value, "must not be empty"));
@@ -429,6 +521,12 @@ impl Config {
     pub fn get(&self, key: &str) -> Option<String> {
         let ms = |d: &Duration| d.as_millis().to_string();
         Some(match key {
+            "profile" => match self.profile {
+                Profile::Default => "default",
+                Profile::Seed => "seed",
+            }
+            .into(),
+            "startup.db.wait.ms" => ms(&self.startup_db_wait),
             "db.url" => self.db_url.clone(),
             "db.pool.max" => self.db_pool_max.to_string(),
             "table" => self.table.clone(),
@@ -510,6 +608,13 @@ impl Config {
         })
     }
 
+    /// The longest instance id derived from `service.name` and `service.port` can be (the
+    /// process id, up to 10 digits, stands in for an unset port).
+    pub fn longest_derived_instance_id(&self) -> usize {
+        let port = self.service_port.map(|p| p.to_string().len()).unwrap_or(10);
+        self.service_name.chars().count() + 1 + port + 1 + 6
+    }
+
     /// Checks the values against each other. [`crate::Relay::start`] calls it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self.problems().into_iter().next() {
@@ -531,6 +636,32 @@ impl Config {
         }
         if let Err(e) = topic("topic", &self.topic) {
             out.push(e);
+        }
+        // The instance id goes into claim_owner (VARCHAR(128)); one that does not fit would make
+        // every claim fail.
+        match &self.instance_id {
+            Some(id) if id.chars().count() > CLAIM_OWNER_MAX_CHARS => out.push(ConfigError::invalid(
+                "instance.id",
+                id,
+                format!(
+                    "is {} characters; claim_owner holds at most {CLAIM_OWNER_MAX_CHARS}",
+                    id.chars().count()
+                ),
+            )),
+            Some(_) => {}
+            None if self.longest_derived_instance_id() > CLAIM_OWNER_MAX_CHARS => out.push(ConfigError::invalid(
+                "service.name",
+                &self.service_name,
+                format!(
+                    "is {} characters: the derived instance id <service.name>-<port or pid>-<6 hex> \
+                         could be {} characters, and claim_owner holds at most {CLAIM_OWNER_MAX_CHARS}; \
+                         use at most {} characters or set instance.id",
+                    self.service_name.chars().count(),
+                    self.longest_derived_instance_id(),
+                    CLAIM_OWNER_MAX_CHARS - (self.longest_derived_instance_id() - self.service_name.chars().count())
+                ),
+            )),
+            None => {}
         }
         if self.send_timeout * 4 > self.lease {
             out.push(ConfigError::Inconsistent {
@@ -754,6 +885,27 @@ mod tests {
         let delays: Vec<u64> = (1..=3).map(|n| c.backoff.delay(n).as_secs()).collect();
         assert_eq!(delays, vec![5, 20, 45]);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_profile_keeps_keys_set_before_it_so_order_does_not_matter() {
+        let mut before = Config::new("mysql://root@127.0.0.1/test");
+        before.set("batch.size", "7").unwrap();
+        before.set("profile", "seed").unwrap();
+        let mut after = Config::new("mysql://root@127.0.0.1/test");
+        after.set("profile", "seed").unwrap();
+        after.set("batch.size", "7").unwrap();
+        assert_eq!(before, after);
+        assert_eq!(before.batch_size, 7);
+        assert_eq!(before.lease, Duration::from_secs(600));
+        assert_eq!(before.profile, Profile::Seed);
+        // Back to the defaults, the explicit key still kept.
+        before.set("profile", "default").unwrap();
+        assert_eq!(before.batch_size, 7);
+        assert_eq!(before.lease, Config::default().lease);
+        let seed = Config::seed_compatible("mysql://root@127.0.0.1/test");
+        assert_eq!(seed.get("profile").as_deref(), Some("seed"));
+        assert_eq!(seed.batch_size, 20);
     }
 
     #[test]

@@ -14,8 +14,10 @@ pub enum Error {
     /// The database refused or failed a statement.
     #[error("database error: {0}")]
     Db(#[from] mysql::Error),
-    /// A migration could not be applied.
-    #[error("migration {version} ({description}) failed: {reason}")]
+    /// A migration could not be applied; or, with `version` 0, the schema is not what the relay
+    /// needs (a table that was not migrated): `description` names the table and column,
+    /// `reason` what it is, what it must be and the fix.
+    #[error("{}", migration_message(*version, description, reason))]
     Migration {
         version: u32,
         description: String,
@@ -50,6 +52,14 @@ impl Error {
             Error::Publisher(_) => true,
             _ => false,
         }
+    }
+}
+
+fn migration_message(version: u32, description: &str, reason: &str) -> String {
+    if version == 0 {
+        format!("{description}: {reason}")
+    } else {
+        format!("migration {version} ({description}) failed: {reason}")
     }
 }
 

@@ -232,6 +232,9 @@ impl Relay {
             .instance_id
             .clone()
             .unwrap_or_else(|| default_instance_id(&config));
+        // Refuse a table that cannot hold what this relay writes (a seed-era table not migrated),
+        // rather than failing every claim or enqueue later.
+        crate::migrate::check_table_shape(&pool, &config, &owner, publisher.is_some())?;
         let store = Store::new(pool, &config, owner);
         let (wake_tx, wake_rx) = bounded(1);
         let (capacity_tx, capacity_rx) = bounded(1);
@@ -247,7 +250,7 @@ impl Relay {
                     config,
                     store,
                     publisher: Arc::new(NoPublisher),
-                    counters: Counters::default(),
+                    counters: Counters::new(),
                     dead_letter,
                     latency,
                     leases: Mutex::new(HashMap::new()),
@@ -268,7 +271,7 @@ impl Relay {
             config,
             store,
             publisher,
-            counters: Counters::default(),
+            counters: Counters::new(),
             dead_letter,
             latency,
             leases: Mutex::new(HashMap::new()),
@@ -395,20 +398,29 @@ impl Relay {
         Ok(id)
     }
 
-    /// Whether the database answers a ping and the publisher reports a reachable broker with
-    /// the circuit breaker closed: `(db, broker)`.
+    /// Whether the database answers a ping and the relay is not stalled (claims or writes
+    /// failing in a row, see [`Relay::stalled`]), and whether the publisher reports a reachable
+    /// broker with the circuit breaker closed: `(db, broker)`.
     pub fn health(&self) -> (bool, bool) {
-        let db = self
-            .inner
-            .store
-            .pool()
-            .get_conn()
-            .map(|mut c| c.as_mut().ping().is_ok())
-            .unwrap_or(false);
+        let db = self.stalled().is_none()
+            && self
+                .inner
+                .store
+                .pool()
+                .get_conn()
+                .map(|mut c| c.as_mut().ping().is_ok())
+                .unwrap_or(false);
         let broker = self.is_relaying()
             && self.inner.publisher.is_healthy()
             && self.inner.breaker.lock().state() == crate::stats::BreakerState::Closed;
         (db, broker)
+    }
+
+    /// Why the relay cannot make progress, while it cannot: claim rounds or the state changes
+    /// after sends (ack, release, fail, renew) failing again and again (a column too small, a
+    /// permission revoked, lock-wait timeouts). `None` once they succeed again.
+    pub fn stalled(&self) -> Option<String> {
+        self.inner.counters.stalled()
     }
 
     /// Whether [`Relay::stop`] has been called.
@@ -546,7 +558,6 @@ fn scanner_loop(
     let ordered = cfg.ordering == crate::config::Ordering::PerBizNo;
     // A key's run travels in one publish call.
     let run_max = cfg.publish_batch_max.min(cfg.max_in_flight).max(1);
-    let mut db_failing = false;
     // While a backlog drains, each round starts where the last full one ended (see
     // `ScanPosition`). A round from the head of the index runs after any short round and at
     // least every scan interval, and finds rows that became due behind the position (commits
@@ -593,19 +604,14 @@ fn scanner_loop(
         }));
         let round = match result {
             Ok(Ok(round)) => {
-                if db_failing {
-                    log::info!("database reachable again; claiming resumed");
-                    db_failing = false;
-                }
+                inner.counters.claims.succeeded();
                 round
             }
             Ok(Err(e)) => {
                 position = None;
                 Counters::add(&inner.counters.db_errors, 1);
-                if !db_failing {
-                    log::warn!("claim failed, retrying every scan interval: {e}");
-                    db_failing = true;
-                }
+                // WARN at first, then ERROR at a bounded rate; a stall for /healthz and the stats.
+                inner.counters.claims.failed(&e);
                 if permit == Permit::Probe {
                     inner.breaker.lock().probe_not_sent();
                 }
@@ -1080,14 +1086,18 @@ fn with_db_retry(inner: &Inner, until: Instant, what: &str, mut f: impl FnMut() 
     let mut delay = Duration::from_millis(20);
     loop {
         match f() {
-            Ok(n) => return Some(n),
+            Ok(n) => {
+                inner.counters.writes.succeeded();
+                return Some(n);
+            }
             Err(e) => {
                 Counters::add(&inner.counters.db_errors, 1);
+                inner.counters.writes.failed(&format_args!("{what}: {e}"));
                 if Instant::now() + delay >= until {
                     log::error!("{what} failed and the lease is ending; the rows return when it expires: {e}");
                     return None;
                 }
-                log::warn!("{what} failed, retrying in {} ms: {e}", delay.as_millis());
+                log::debug!("{what} failed, retrying in {} ms: {e}", delay.as_millis());
                 std::thread::sleep(delay);
                 delay = (delay * 2).min(Duration::from_secs(1));
             }
@@ -1168,6 +1178,7 @@ fn renew_due(inner: &Inner, renew_after: Duration) {
         let started = Instant::now();
         match inner.store.renew(token, &ids) {
             Ok(n) => {
+                inner.counters.writes.succeeded();
                 Counters::add(&inner.counters.renewed, n);
                 if let Some(l) = inner.leases.lock().get_mut(&seq) {
                     l.renewed_at = started;
@@ -1185,7 +1196,7 @@ fn renew_due(inner: &Inner, renew_after: Duration) {
             }
             Err(e) => {
                 Counters::add(&inner.counters.db_errors, 1);
-                log::warn!("lease renewal failed: {e}");
+                inner.counters.writes.failed(&format_args!("lease renewal: {e}"));
             }
         }
     }

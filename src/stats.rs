@@ -1,7 +1,9 @@
 //! Counters kept by a relay, and their snapshot.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use crate::store::Gauges;
 
@@ -28,9 +30,150 @@ pub(crate) struct Counters {
     pub db_errors: AtomicU64,
     /// Gauge: claimed events not yet acked, released or failed.
     pub in_flight: AtomicU64,
+    /// Claim rounds failing one after the other.
+    pub claims: FailureStreak,
+    /// State changes after a send (ack, release, fail, renew) failing one after the other.
+    pub writes: FailureStreak,
+}
+
+/// Failures of one kind of database work in a row, so that a relay that cannot make progress
+/// says so: a WARN at the first failure, then an ERROR at most every [`FailureStreak::LOUD_EVERY`]
+/// with the count since the last one, a stall reason for `/healthz` and the stats once
+/// `stall_after` failures have happened in a row, and an INFO when it recovers.
+#[derive(Debug)]
+pub(crate) struct FailureStreak {
+    what: &'static str,
+    stall_after: u64,
+    in_a_row: AtomicU64,
+    state: Mutex<StreakState>,
+}
+
+#[derive(Debug, Default)]
+struct StreakState {
+    first_failure: Option<Instant>,
+    last_loud: Option<Instant>,
+    since_loud: u64,
+    last_error: String,
+    last_success: Option<Instant>,
+}
+
+/// What a failure should log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Loud {
+    /// Nothing (an ERROR was logged less than `LOUD_EVERY` ago).
+    Quiet,
+    /// The first failure of a streak: a WARN.
+    Warn(String),
+    /// A repeated failure: an ERROR with the count since the last log line.
+    Error(String),
+}
+
+impl FailureStreak {
+    /// Least time between two ERROR lines of one streak.
+    pub const LOUD_EVERY: Duration = Duration::from_secs(10);
+
+    pub fn new(what: &'static str, stall_after: u64) -> FailureStreak {
+        FailureStreak {
+            what,
+            stall_after,
+            in_a_row: AtomicU64::new(0),
+            state: Mutex::new(StreakState::default()),
+        }
+    }
+
+    /// Records a failure and logs it (WARN first, then rate-limited ERRORs).
+    pub fn failed(&self, error: &dyn std::fmt::Display) {
+        match self.failed_at(Instant::now(), error) {
+            Loud::Quiet => {}
+            Loud::Warn(m) => log::warn!("{m}"),
+            Loud::Error(m) => log::error!("{m}"),
+        }
+    }
+
+    pub fn failed_at(&self, now: Instant, error: &dyn std::fmt::Display) -> Loud {
+        let n = self.in_a_row.fetch_add(1, Relaxed) + 1;
+        let mut st = self.state.lock();
+        st.last_error = error.to_string();
+        st.since_loud += 1;
+        let first = *st.first_failure.get_or_insert(now);
+        if n == 1 {
+            st.last_loud = Some(now);
+            st.since_loud = 0;
+            return Loud::Warn(format!("{} failed, retrying: {error}", self.what));
+        }
+        if st.last_loud.is_some_and(|t| now.duration_since(t) < Self::LOUD_EVERY) {
+            return Loud::Quiet;
+        }
+        let since = std::mem::take(&mut st.since_loud);
+        st.last_loud = Some(now);
+        Loud::Error(format!(
+            "{} keeps failing: {n} failures in a row over {:.0} s ({since} since the last report); \
+             the relay makes no progress until this is fixed: {error}",
+            self.what,
+            now.duration_since(first).as_secs_f64()
+        ))
+    }
+
+    /// Records a success; logs the recovery if there was a streak.
+    pub fn succeeded(&self) {
+        let now = Instant::now();
+        let n = self.in_a_row.swap(0, Relaxed);
+        let mut st = self.state.lock();
+        st.last_success = Some(now);
+        if n > 0 {
+            let over = st.first_failure.map(|t| now.duration_since(t)).unwrap_or_default();
+            log::info!(
+                "{} succeeds again after {n} failures in a row over {:.1} s",
+                self.what,
+                over.as_secs_f64()
+            );
+            st.first_failure = None;
+            st.last_loud = None;
+            st.since_loud = 0;
+        }
+    }
+
+    pub fn in_a_row(&self) -> u64 {
+        self.in_a_row.load(Relaxed)
+    }
+
+    /// Why the work is stalled, once `stall_after` failures happened in a row.
+    pub fn stalled(&self) -> Option<String> {
+        let n = self.in_a_row();
+        if n < self.stall_after {
+            return None;
+        }
+        let st = self.state.lock();
+        let over = st.first_failure.map(|t| t.elapsed()).unwrap_or_default();
+        Some(format!(
+            "{} failed {n} times in a row over {:.1} s: {}",
+            self.what,
+            over.as_secs_f64(),
+            st.last_error
+        ))
+    }
+
+    /// Time since the last success (`None` before the first).
+    pub fn since_success(&self) -> Option<Duration> {
+        self.state.lock().last_success.map(|t| t.elapsed())
+    }
+}
+
+impl Default for FailureStreak {
+    fn default() -> FailureStreak {
+        FailureStreak::new("database work", 3)
+    }
 }
 
 impl Counters {
+    pub fn new() -> Counters {
+        Counters {
+            claims: FailureStreak::new("claiming events", 3),
+            writes: FailureStreak::new("recording send outcomes (ack, release, fail, renew)", 5),
+            ..Counters::default()
+        }
+    }
+
     pub fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Relaxed);
     }
@@ -94,6 +237,15 @@ pub struct Stats {
     pub breaker_closed: u64,
     pub db_errors: u64,
     pub in_flight: u64,
+    /// Claim rounds that failed one after the other (0 after a success).
+    pub claim_failures_in_a_row: u64,
+    /// Acks, releases, dead-letterings and renewals that failed one after the other.
+    pub write_failures_in_a_row: u64,
+    /// Time since the last claim round that succeeded (whether or not it found rows); `None`
+    /// before the first.
+    pub since_last_claim: Option<Duration>,
+    /// Why the relay cannot make progress, while it cannot (claims or writes failing in a row).
+    pub stalled: Option<String>,
     /// Database gauges, `None` if the database did not answer.
     pub gauges: Option<Gauges>,
 }
@@ -123,8 +275,23 @@ impl Counters {
             breaker_closed: g(&self.breaker_closed),
             db_errors: g(&self.db_errors),
             in_flight: g(&self.in_flight),
+            claim_failures_in_a_row: self.claims.in_a_row(),
+            write_failures_in_a_row: self.writes.in_a_row(),
+            since_last_claim: self.claims.since_success(),
+            stalled: self.stalled(),
             gauges,
         }
+    }
+}
+
+impl Counters {
+    /// Why the relay cannot make progress, if it cannot: every stalled kind of work.
+    pub fn stalled(&self) -> Option<String> {
+        let reasons: Vec<String> = [self.claims.stalled(), self.writes.stalled()]
+            .into_iter()
+            .flatten()
+            .collect();
+        (!reasons.is_empty()).then(|| reasons.join("; "))
     }
 }
 
@@ -163,8 +330,41 @@ impl Stats {
             "breaker_closed": self.breaker_closed,
             "db_errors": self.db_errors,
             "in_flight": self.in_flight,
+            "claim_failures_in_a_row": self.claim_failures_in_a_row,
+            "write_failures_in_a_row": self.write_failures_in_a_row,
+            "since_last_claim_ms": self.since_last_claim.map(ms),
+            "stalled": self.stalled,
             "gauges": gauges,
         })
         .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_streak_warns_once_then_errors_at_a_bounded_rate_and_stalls() {
+        let s = FailureStreak::new("claim", 3);
+        let t0 = Instant::now();
+        let e = "Data too long for column 'claim_owner'";
+        assert!(matches!(s.failed_at(t0, &e), Loud::Warn(_)));
+        assert_eq!(s.stalled(), None, "one failure is not a stall");
+        // Every scan interval for under LOUD_EVERY: quiet.
+        for i in 1..10 {
+            assert_eq!(s.failed_at(t0 + Duration::from_secs(i), &e), Loud::Quiet);
+        }
+        let loud = s.failed_at(t0 + FailureStreak::LOUD_EVERY + Duration::from_secs(1), &e);
+        match loud {
+            Loud::Error(m) => assert!(m.contains("11 failures in a row") && m.contains("10 since"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.failed_at(t0 + Duration::from_secs(12), &e), Loud::Quiet);
+        assert!(s.stalled().unwrap().contains("claim_owner"));
+        s.succeeded();
+        assert_eq!(s.in_a_row(), 0);
+        assert_eq!(s.stalled(), None);
+        assert!(matches!(s.failed_at(t0 + Duration::from_secs(13), &e), Loud::Warn(_)));
     }
 }

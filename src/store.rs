@@ -521,7 +521,11 @@ impl Store {
         self.transition(token, ids.iter().copied(), "claimed_at = NOW(3)")
     }
 
-    /// Every transition after the claim matches id, status SENDING and the claim token.
+    /// Every transition after the claim matches id, status SENDING, the claim token and this
+    /// instance as `claim_owner`. The owner guards against claims that never write the token:
+    /// the seed's publisher, running beside this one on the same table, reclaims a row without
+    /// clearing `claim_token` and claims it without setting it, so the token alone would still
+    /// match after a seed instance took the row over.
     fn transition(&self, token: u64, ids: impl Iterator<Item = EventId>, set: &str) -> Result<u64> {
         let ids = id_list(ids);
         if ids.is_empty() {
@@ -529,8 +533,10 @@ impl Store {
         }
         let mut conn = self.conn()?;
         conn.query_drop(format!(
-            "UPDATE {t} SET {set} WHERE id IN ({ids}) AND status = 'SENDING' AND claim_token = {token}",
-            t = self.table
+            "UPDATE {t} SET {set} WHERE id IN ({ids}) AND status = 'SENDING' AND claim_token = {token} \
+             AND claim_owner = {owner}",
+            t = self.table,
+            owner = lit(&self.owner),
         ))?;
         Ok(conn.affected_rows())
     }

@@ -384,6 +384,9 @@ fn run_relays_serves_metrics_and_drains_on_sigterm() {
         "outbox_sending_rows",
         "outbox_fail_rows",
         "outbox_oldest_wait_age_seconds",
+        "outbox_claim_failures_in_a_row",
+        "outbox_write_failures_in_a_row",
+        "outbox_stalled 0",
     ] {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
     }
@@ -491,4 +494,177 @@ fn the_committed_example_config_documents_every_key_and_loads() {
     ]);
     let (code, _, err) = out(c);
     assert_eq!(code, 0, "{err}");
+}
+
+/// Forwards every connection accepted on `listener` to `to` (a stand-in for a database that
+/// comes up late, or a network that heals).
+fn forward(listener: std::net::TcpListener, to: &'static str) {
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = TcpStream::connect(to) else { continue };
+            let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut &client, &mut &server);
+                let _ = server.shutdown(std::net::Shutdown::Both);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut &s2, &mut &c2);
+                let _ = c2.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+}
+
+#[test]
+fn run_waits_for_a_database_that_is_unreachable_at_start_reporting_why_then_relays() {
+    let db = TestDb::new("d_wait");
+    let db_port = free_port();
+    let metrics_port = free_port();
+    let mut c = outboxd(&db);
+    c.env("OUTBOX_DB_URL", format!("mysql://root@127.0.0.1:{db_port}/{}", db.name))
+        .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{metrics_port}"))
+        .env("OUTBOX_PUBLISHER", "none")
+        .env("OUTBOX_STARTUP_DB_WAIT_MS", "120000")
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut lines = Lines::of(&mut child);
+    let expected = format!("cannot reach the database at 127.0.0.1:{db_port} (connection refused); retrying in");
+    assert!(lines.wait_for(&expected, Duration::from_secs(30)), "{:?}", lines.seen);
+    // Meanwhile /healthz is not OK and says why.
+    let mut health = None;
+    assert!(wait_until(Duration::from_secs(30), || {
+        health = http_get(metrics_port, "/healthz");
+        health.as_ref().is_some_and(|(_, b)| b.contains("starting"))
+    }));
+    let (code, body) = health.unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains(&format!(
+            "cannot reach the database at 127.0.0.1:{db_port} (connection refused)"
+        )),
+        "{body}"
+    );
+    let (_, metrics) = http_get(metrics_port, "/metrics").unwrap();
+    assert!(metrics.contains("outbox_starting 1"), "{metrics}");
+    assert_eq!(child.try_wait().unwrap(), None, "outboxd keeps waiting");
+    // The database becomes reachable: the relay starts, /healthz reports on it.
+    forward(
+        std::net::TcpListener::bind(("127.0.0.1", db_port)).unwrap(),
+        "127.0.0.1:3306",
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || http_get(metrics_port, "/healthz")
+            .is_some_and(|(_, b)| b.contains("db=up"))),
+        "the relay never started"
+    );
+    signal(&child, "TERM");
+    assert_eq!(exit_code(&mut child, Duration::from_secs(30)), Some(0));
+    let err = lines.all().join("\n");
+    for debug_text in ["DriverError", "CodecError", "IoError", "os error"] {
+        assert!(!err.contains(debug_text), "plain words, not {debug_text}:\n{err}");
+    }
+}
+
+#[test]
+fn run_fails_at_once_when_waiting_cannot_help() {
+    let db = TestDb::new("d_fatal");
+    for (url, needle) in [
+        (
+            format!("mysql://root:wrong-password@127.0.0.1:3306/{}", db.name),
+            "(access denied, error 1045): check the user and password in db.url",
+        ),
+        (
+            format!("mysql://root@127.0.0.1:3306/{}_missing", db.name),
+            "(unknown database, error 1049)",
+        ),
+    ] {
+        let t0 = std::time::Instant::now();
+        let mut c = outboxd(&db);
+        c.env("OUTBOX_DB_URL", &url)
+            .env("OUTBOX_PUBLISHER", "none")
+            .env_remove("OUTBOX_STARTUP_DB_WAIT_MS")
+            .arg("run");
+        let (code, _, err) = out(c);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert!(!err.contains("wrong-password"), "{err}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no waiting on {needle}: {:?}",
+            t0.elapsed()
+        );
+    }
+}
+
+#[test]
+fn migrate_dry_run_prints_the_plan_with_lock_costs_and_changes_nothing() {
+    let db = TestDb::new("d_plan");
+    db.conn()
+        .query_drop(
+            "CREATE TABLE seed_events (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, biz_no VARCHAR(64) NOT NULL,
+             event_type VARCHAR(64) NOT NULL, payload TEXT NOT NULL, status VARCHAR(16) NOT NULL DEFAULT 'WAIT',
+             retry_count INT NOT NULL DEFAULT 0, next_retry_time DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+             claim_owner VARCHAR(64) NULL, claimed_at DATETIME NULL,
+             create_time DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+             update_time DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+             KEY idx_status_next_retry (status, next_retry_time), KEY idx_status_claimed_at (status, claimed_at))",
+        )
+        .unwrap();
+    let mut c = outboxd(&db);
+    c.args(["--set", "table=seed_events", "migrate", "--dry-run"]);
+    let (code, stdout, err) = out(c);
+    assert_eq!(code, 0, "{err}");
+    for needle in [
+        "nothing was changed",
+        "V2 add fencing and delivery columns",
+        "ALGORITHM = INSTANT",
+        "V7 seed-era table to the fresh shape",
+        "ALTER TABLE seed_events",
+        "MODIFY COLUMN payload         MEDIUMBLOB",
+        "lock cost:",
+        "ONE table copy",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} missing:\n{stdout}");
+    }
+    let payload: Option<String> = db
+        .conn()
+        .query_first(
+            "SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME = 'seed_events' AND COLUMN_NAME = 'payload'",
+        )
+        .unwrap();
+    assert_eq!(payload.as_deref(), Some("text"), "the dry run changed the table");
+    // The migrated default table: nothing to do.
+    let mut c = outboxd(&db);
+    c.args(["migrate", "--dry-run"]);
+    let (code, stdout, err) = out(c);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("up to date: nothing would run"), "{stdout}");
+}
+
+#[test]
+fn the_seed_profile_sets_the_seed_values_and_later_keys_override_them() {
+    let db = TestDb::new("d_profile");
+    let mut c = outboxd(&db);
+    c.env("OUTBOX_PROFILE", "seed")
+        .args(["--set", "max.retry=7", "config", "check"]);
+    let (code, stdout, err) = out(c);
+    assert_eq!(code, 0, "{err}");
+    let value = |key: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{key} ")))
+            .and_then(|l| l.split('=').nth(1))
+            .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
+            .unwrap_or_else(|| panic!("{key} missing:\n{stdout}"))
+    };
+    assert_eq!(value("profile"), "seed");
+    assert_eq!(value("batch.size"), "20");
+    assert_eq!(value("scan.interval.ms"), "5000");
+    assert_eq!(value("lease.ms"), "600000");
+    assert_eq!(value("claim.strategy"), "per-row");
+    assert_eq!(value("max.retry"), "7", "a later key overrides the profile");
 }

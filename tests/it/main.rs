@@ -10,4 +10,5 @@ mod relay;
 #[cfg(feature = "rocketmq")]
 mod rocketmq_e2e;
 mod schema;
+mod stall;
 mod support;

@@ -198,6 +198,100 @@ fn a_late_ack_from_an_earlier_claim_changes_nothing_even_from_the_same_instance(
     assert_eq!((status.as_str(), msg.as_deref()), ("SUCCESS", Some("M2")));
 }
 
+/// A rolling upgrade: a seed-era publisher (the article's statements, verbatim) runs beside
+/// this relay on one table. Our instance stalls past its lease; the seed's `reclaimStuck` returns
+/// its rows to WAIT (it never touches `claim_token`) and a seed instance claims them (it never
+/// writes the token). Our late transitions must change none of those rows, and the seed's
+/// `markSuccess` must still find each one.
+#[test]
+fn a_seed_publisher_that_takes_over_a_stalled_claim_is_not_overwritten_by_our_late_transitions() {
+    let db = TestDb::new("seedfence");
+    let ids = db.seed(3);
+    let mut c = db.conn();
+    // Rows that have been waiting a while (the seed's scan compares with second-precision NOW()).
+    c.query_drop("UPDATE t_event_record SET next_retry_time = NOW(3) - INTERVAL 1 MINUTE")
+        .unwrap();
+    let cfg = db.config();
+    let ours = store(&cfg, "outboxd-9000-abcdef");
+    let claim = ours.claim_skip_locked(10).unwrap();
+    assert_eq!(claim.claimed.len(), 3);
+    let token = claim.claimed[0].token;
+    // Our instance stalls (GC, SIGSTOP) for 11 minutes: its claims look 11 minutes old.
+    c.query_drop("UPDATE t_event_record SET claimed_at = claimed_at - INTERVAL 11 MINUTE")
+        .unwrap();
+
+    // The seed instance: reclaimStuck (lease 10 min), scan, claim each candidate.
+    let seed_owner = "order-8083-a1b2c3";
+    c.exec_drop(
+        "UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL, update_time = NOW() \
+         WHERE status = 'SENDING' AND claimed_at < DATE_SUB(NOW(), INTERVAL ? MINUTE)",
+        (10,),
+    )
+    .unwrap();
+    assert_eq!(
+        c.affected_rows(),
+        3,
+        "the seed's reclaimStuck takes the stalled rows back"
+    );
+    let candidates: Vec<Row> = c
+        .exec(
+            "SELECT * FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= NOW() \
+             ORDER BY next_retry_time ASC LIMIT ?",
+            (20,),
+        )
+        .unwrap();
+    assert_eq!(candidates.len(), 3);
+    for row in candidates {
+        let id: u64 = row.get("id").unwrap();
+        c.exec_drop(
+            "UPDATE t_event_record SET status = 'SENDING', claim_owner = ?, claimed_at = NOW() \
+             WHERE id = ? AND status = 'WAIT'",
+            (seed_owner, id),
+        )
+        .unwrap();
+        assert_eq!(c.affected_rows(), 1, "the seed claims event {id}");
+    }
+    let tokens: Vec<Option<u64>> = c.query("SELECT claim_token FROM t_event_record ORDER BY id").unwrap();
+    assert!(
+        tokens.iter().all(|t| *t == Some(token)),
+        "the seed's statements leave our token in place: {tokens:?}"
+    );
+
+    // Our instance resumes: every late transition under the old claim changes nothing.
+    assert_eq!(ours.renew(token, &ids).unwrap(), 0, "late renew");
+    assert_eq!(
+        ours.release_unsent(token, &ids, "late release").unwrap(),
+        0,
+        "late release"
+    );
+    assert_eq!(
+        ours.release_for_retry(token, &ids, "late retry").unwrap(),
+        0,
+        "late retry"
+    );
+    assert_eq!(ours.fail(token, &ids, "late fail").unwrap(), 0, "late fail");
+    let acks: Vec<(u64, Option<String>)> = ids.iter().map(|id| (*id, Some("LATE".into()))).collect();
+    assert_eq!(ours.ack(token, &acks).unwrap(), 0, "late ack");
+    let rows = db.rows();
+    assert!(
+        rows.iter()
+            .all(|(_, st, rc, owner)| st == "SENDING" && *rc == 0 && owner.as_deref() == Some(seed_owner)),
+        "the seed instance still owns its claims untouched: {rows:?}"
+    );
+
+    // The seed's markSuccess finds each row it owns.
+    for id in &ids {
+        c.exec_drop(
+            "UPDATE t_event_record SET status = 'SUCCESS', update_time = NOW() \
+             WHERE id = ? AND status = 'SENDING' AND claim_owner = ?",
+            (id, seed_owner),
+        )
+        .unwrap();
+        assert_eq!(c.affected_rows(), 1, "the seed's markSuccess of event {id}");
+    }
+    assert_eq!(db.count("SUCCESS"), 3);
+}
+
 fn wait_reclaim(s: &Store, lease: Duration) -> u64 {
     let mut n = 0;
     // claimed_at has millisecond precision: the row is expired once the DB clock moves past it.

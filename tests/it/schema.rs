@@ -16,7 +16,8 @@ fn migrations_are_recorded_and_idempotent() {
         .conn()
         .query("SELECT version FROM outbox_schema_history WHERE table_name = 't_event_record' ORDER BY version")
         .unwrap();
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
+    let all: Vec<u32> = outbox::migrate::MIGRATIONS.iter().map(|m| m.version).collect();
+    assert_eq!(versions, all);
     // The ordered claim's head and run reads need status and id in the biz_no index (V6).
     let cols: Vec<String> = db
         .conn()
@@ -45,7 +46,8 @@ fn a_seed_era_table_is_upgraded_in_place() {
     c.query_drop("INSERT INTO legacy_events (biz_no, event_type, payload) VALUES ('ORD-1', 'ORDER_CREATED', 'x')")
         .unwrap();
     let r = outbox::migrate_table(&db.pool, "legacy_events").unwrap();
-    assert_eq!(r.applied, vec![1, 2, 3, 4, 5, 6]);
+    let all: Vec<u32> = outbox::migrate::MIGRATIONS.iter().map(|m| m.version).collect();
+    assert_eq!(r.applied, all);
     let (token, precision): (Option<u64>, u32) = c
         .query_first(
             "SELECT claim_token, (SELECT DATETIME_PRECISION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()
@@ -55,6 +57,179 @@ fn a_seed_era_table_is_upgraded_in_place() {
         .unwrap();
     assert_eq!(token, None);
     assert_eq!(precision, 3);
+}
+
+/// The seed's own DDL: signed ids and retry counts, TEXT payloads, a 64-character claim_owner,
+/// second-precision times, the seed's two indexes.
+fn create_seed_table(c: &mut mysql::PooledConn, name: &str) {
+    c.query_drop(format!(
+        "CREATE TABLE {name} (
+           id              BIGINT       NOT NULL AUTO_INCREMENT,
+           biz_no          VARCHAR(64)  NOT NULL,
+           event_type      VARCHAR(64)  NOT NULL,
+           payload         TEXT         NOT NULL,
+           status          VARCHAR(16)  NOT NULL DEFAULT 'WAIT',
+           retry_count     INT          NOT NULL DEFAULT 0,
+           next_retry_time DATETIME     NOT NULL DEFAULT CURRENT_TIMESTAMP,
+           claim_owner     VARCHAR(64)  NULL,
+           claimed_at      DATETIME     NULL,
+           create_time     DATETIME     NOT NULL DEFAULT CURRENT_TIMESTAMP,
+           update_time     DATETIME     NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+           PRIMARY KEY (id),
+           KEY idx_status_next_retry (status, next_retry_time),
+           KEY idx_status_claimed_at (status, claimed_at)
+         ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
+    ))
+    .unwrap();
+}
+
+/// `(column, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT)` of every column of `table`, by name.
+fn shape(c: &mut mysql::PooledConn, table: &str) -> Vec<(String, String, String, Option<String>)> {
+    c.exec(
+        "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY COLUMN_NAME",
+        (table,),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_table_created_by_the_seed_ddl_is_migrated_to_the_shape_of_a_fresh_one() {
+    let db = TestDb::new("seedddl");
+    let mut c = db.conn();
+    create_seed_table(&mut c, "seed_events");
+    let mut cfg = db.config();
+    cfg.table = "seed_events".into();
+    let insert = |payload: Vec<u8>| -> outbox::Result<u64> {
+        let mut conn = db.conn();
+        let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+        let id = outbox::enqueue_in_tx_with(&mut tx, &cfg, &outbox::NewEvent::new("ORD-1", "ORDER_CREATED", payload))?;
+        tx.commit().unwrap();
+        Ok(id)
+    };
+    // Before: what the seed's columns refuse.
+    let raw = |payload: Vec<u8>| -> Option<u16> {
+        match db.conn().exec_drop(
+            "INSERT INTO seed_events (biz_no, event_type, payload) VALUES ('ORD-1', 'ORDER_CREATED', ?)",
+            (payload,),
+        ) {
+            Ok(()) => None,
+            Err(mysql::Error::MySqlError(me)) => Some(me.code),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(
+        raw(vec![0xff, 0xfe, 0x00, 0x80]),
+        Some(1366),
+        "binary payload into TEXT"
+    );
+    assert_eq!(raw(vec![b'x'; 100 * 1024]), Some(1406), "100 KiB payload into TEXT");
+    c.query_drop("INSERT INTO seed_events (biz_no, event_type, payload) VALUES ('ORD-0', 'ORDER_CREATED', '{}')")
+        .unwrap();
+
+    let r = outbox::migrate_table(&db.pool, "seed_events").unwrap();
+    let all: Vec<u32> = outbox::migrate::MIGRATIONS.iter().map(|m| m.version).collect();
+    assert_eq!(r.applied, all);
+    assert!(outbox::migrate_table(&db.pool, "seed_events")
+        .unwrap()
+        .applied
+        .is_empty());
+    // Every column has the type, nullability and default of the table the migrations create.
+    let fresh = shape(&mut c, "t_event_record");
+    let migrated = shape(&mut c, "seed_events");
+    assert_eq!(migrated, fresh);
+    for (col, ty) in [
+        ("id", "bigint(20) unsigned"),
+        ("payload", "mediumblob"),
+        ("claim_owner", "varchar(128)"),
+        ("retry_count", "int(10) unsigned"),
+        ("next_retry_time", "datetime(3)"),
+    ] {
+        assert!(
+            fresh.iter().any(|(c, t, _, _)| c == col && t == ty),
+            "{col} {ty}: {fresh:?}"
+        );
+    }
+    // The row from before is still there; binary and 100 KiB payloads now fit.
+    let old: Option<String> = c
+        .query_first("SELECT biz_no FROM seed_events WHERE biz_no = 'ORD-0'")
+        .unwrap();
+    assert_eq!(old.as_deref(), Some("ORD-0"));
+    insert(vec![0xff, 0xfe, 0x00, 0x80]).unwrap();
+    insert(vec![b'x'; 100 * 1024]).unwrap();
+    // The fresh table was not changed by V7 (every definition already matched).
+    assert_eq!(shape(&mut c, "t_event_record"), fresh);
+}
+
+#[test]
+fn a_relay_refuses_a_table_whose_columns_cannot_hold_what_it_writes_naming_the_column_and_the_fix() {
+    let db = TestDb::new("shapechk");
+    let mut c = db.conn();
+    create_seed_table(&mut c, "seed_events");
+    // Not migrated: the relay checks the columns before any statement that would use them.
+    let mut cfg = db.config();
+    cfg.table = "seed_events".into();
+    let e = outbox::Relay::start(cfg.clone(), crate::support::Recorder::new())
+        .map(|_| ())
+        .unwrap_err();
+    let msg = e.to_string();
+    for needle in [
+        "seed_events",
+        "payload",
+        "TEXT",
+        "1366",
+        "MEDIUMBLOB",
+        "4194304",
+        "migrat",
+    ] {
+        assert!(msg.contains(needle), "{needle:?} missing: {msg}");
+    }
+    assert!(!e.is_retriable(), "{msg}");
+    // Payload fixed, claim_owner still 64: an instance id of 65 characters cannot be stored.
+    c.query_drop("ALTER TABLE seed_events MODIFY payload MEDIUMBLOB NOT NULL")
+        .unwrap();
+    cfg.instance_id = Some(format!("order-{}", "x".repeat(60)));
+    let e = outbox::Relay::start(cfg.clone(), crate::support::Recorder::new())
+        .map(|_| ())
+        .unwrap_err();
+    let msg = e.to_string();
+    for needle in ["claim_owner", "VARCHAR(64)", "VARCHAR(66)", "outboxd migrate"] {
+        assert!(msg.contains(needle), "{needle:?} missing: {msg}");
+    }
+    // After the migrations, the same relay starts.
+    outbox::migrate_table(&db.pool, "seed_events").unwrap();
+    outbox::Relay::start(cfg, crate::support::Recorder::new())
+        .unwrap()
+        .stop(Duration::from_secs(5));
+}
+
+#[test]
+fn the_migration_plan_lists_pending_migrations_with_statements_and_lock_cost_and_changes_nothing() {
+    let db = TestDb::new("plan");
+    let mut c = db.conn();
+    create_seed_table(&mut c, "seed_events");
+    let before = shape(&mut c, "seed_events");
+    let plan = outbox::migrate::plan(&db.pool, "seed_events").unwrap();
+    let versions: Vec<u32> = plan.iter().map(|p| p.version).collect();
+    let all: Vec<u32> = outbox::migrate::MIGRATIONS.iter().map(|m| m.version).collect();
+    assert_eq!(versions, all);
+    for p in &plan {
+        assert!(!p.statements.is_empty() && !p.lock_cost.is_empty(), "{p:?}");
+        assert!(
+            p.statements
+                .iter()
+                .all(|s| !s.contains("t_event_record") || p.version == 4),
+            "statements name the planned table: {p:?}"
+        );
+    }
+    assert!(plan[1].statements[0].contains("ALGORITHM = INSTANT"), "{:?}", plan[1]);
+    assert_eq!(shape(&mut c, "seed_events"), before, "a plan changes nothing");
+    let recorded: Option<u64> = c
+        .query_first("SELECT COUNT(*) FROM outbox_schema_history WHERE table_name = 'seed_events'")
+        .unwrap();
+    assert_eq!(recorded, Some(0));
+    // A migrated table has nothing pending.
+    assert!(outbox::migrate::plan(&db.pool, "t_event_record").unwrap().is_empty());
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 mod metrics;
 mod settings;
+mod startup;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,7 +49,11 @@ enum Command {
         command: ConfigCommand,
     },
     /// Apply the migrations to the configured table (idempotent).
-    Migrate,
+    Migrate {
+        /// Print the plan (pending migrations, their statements and lock cost) and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Counts by status, oldest due WAIT age, SENDING rows with owner and age, recent dead letters.
     Status {
         #[arg(long)]
@@ -196,8 +201,15 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Example,
         } => unreachable!("handled before loading"),
-        Command::Run { drain } => run(effective.config, drain),
-        Command::Migrate => migrate(&effective.config),
+        Command::Run { drain } => match run(effective.config, drain) {
+            Err(RunFailure::Startup(msg)) => {
+                eprintln!("outboxd: {msg}");
+                return ExitCode::FAILURE;
+            }
+            Err(RunFailure::Error(e)) => Err(e),
+            Ok(()) => Ok(()),
+        },
+        Command::Migrate { dry_run } => migrate(&effective.config, dry_run),
         Command::Status { json } => status(&effective.config, json),
         Command::DeadLetters { command } => dead_letters(&effective.config, command),
         Command::Purge { older_than, batch } => purge(&effective.config, older_than, batch),
@@ -238,7 +250,27 @@ fn pool(config: &Config) -> outbox::Result<mysql::Pool> {
     outbox::connect(config)
 }
 
-fn migrate(config: &Config) -> outbox::Result<()> {
+fn migrate(config: &Config, dry_run: bool) -> outbox::Result<()> {
+    if dry_run {
+        let plan = outbox::migrate::plan(&pool(config)?, &config.table)?;
+        if plan.is_empty() {
+            println!("table {} is up to date: nothing would run", config.table);
+            return Ok(());
+        }
+        println!(
+            "dry run: {} migration(s) would run on table {}, in this order (nothing was changed):",
+            plan.len(),
+            config.table
+        );
+        for p in &plan {
+            println!("\nV{} {}", p.version, p.description);
+            println!("  lock cost: {}", p.lock_cost);
+            for stmt in &p.statements {
+                println!("  {};", stmt.replace('\n', "\n  "));
+            }
+        }
+        return Ok(());
+    }
     let r = outbox::migrate_table(&pool(config)?, &config.table)?;
     if r.applied.is_empty() {
         println!("table {} is up to date (schema version {})", config.table, r.current);
@@ -251,7 +283,23 @@ fn migrate(config: &Config) -> outbox::Result<()> {
     Ok(())
 }
 
-fn run(config: Config, drain: Duration) -> outbox::Result<()> {
+/// Why `run` ended in failure.
+enum RunFailure {
+    Error(outbox::Error),
+    /// The relay could not start, in plain words.
+    Startup(String),
+}
+
+impl From<outbox::Error> for RunFailure {
+    fn from(e: outbox::Error) -> Self {
+        RunFailure::Error(e)
+    }
+}
+
+/// Longest pause between two start attempts.
+const START_RETRY_MAX: Duration = Duration::from_secs(30);
+
+fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
     let (tx, rx) = crossbeam_channel::bounded::<()>(1);
     let signals = std::sync::atomic::AtomicUsize::new(0);
     ctrlc::set_handler(move || {
@@ -273,25 +321,68 @@ fn run(config: Config, drain: Duration) -> outbox::Result<()> {
     );
     let latency = metrics::Latency::new();
     let publisher = outbox::publisher_for(&config)?;
-    let listen = config.metrics_listen.clone();
-    let mut builder = Relay::builder(config).dead_letter_hook(|d| {
-        log::error!(
-            "dead letter: event {} biz_no {} type {}: {}",
-            d.id,
-            d.biz_no,
-            d.event_type,
-            d.last_error
-        )
-    });
-    if let Some(p) = publisher {
-        builder = builder.publisher(p);
+    let target = metrics::Target::new();
+    if let Some(addr) = &config.metrics_listen {
+        metrics::serve(addr, target.clone(), latency.clone()).map_err(|e| outbox::Error::Publisher(e.to_string()))?;
     }
-    let l2 = latency.clone();
-    builder = builder.latency_hook(move |d| l2.observe(d.to_success, d.held));
-    let relay = Arc::new(builder.start()?);
-    if let Some(addr) = listen {
-        metrics::serve(&addr, relay.clone(), latency).map_err(|e| outbox::Error::Publisher(e.to_string()))?;
-    }
+    let start = || {
+        let mut builder = Relay::builder(config.clone()).dead_letter_hook(|d| {
+            log::error!(
+                "dead letter: event {} biz_no {} type {}: {}",
+                d.id,
+                d.biz_no,
+                d.event_type,
+                d.last_error
+            )
+        });
+        if let Some(p) = &publisher {
+            builder = builder.publisher(p.clone());
+        }
+        let l2 = latency.clone();
+        builder.latency_hook(move |d| l2.observe(d.to_success, d.held)).start()
+    };
+    // A database that cannot be reached yet (restarting, failing over, the network not up) is
+    // waited for, with backoff, up to startup.db.wait.ms; /healthz says why meanwhile. What
+    // waiting cannot fix (wrong password, unknown database, configuration) fails at once.
+    let began = std::time::Instant::now();
+    let mut delay = Duration::from_millis(500);
+    let relay = loop {
+        let e = match start() {
+            Ok(r) => break Arc::new(r),
+            Err(e) => e,
+        };
+        let msg = match startup::judge(&e, &config) {
+            startup::Verdict::Fatal(msg) => return Err(RunFailure::Startup(msg)),
+            startup::Verdict::Transient(msg) => msg,
+        };
+        let waited = began.elapsed();
+        let left = config.startup_db_wait.saturating_sub(waited);
+        if left.is_zero() {
+            return Err(RunFailure::Startup(if config.startup_db_wait.is_zero() {
+                format!("{msg} (startup.db.wait.ms = 0: not retrying)")
+            } else {
+                format!(
+                    "{msg}; gave up after {:.1} s (startup.db.wait.ms = {})",
+                    waited.as_secs_f64(),
+                    config.startup_db_wait.as_millis()
+                )
+            }));
+        }
+        let pause = delay.min(left);
+        log::warn!(
+            "{msg}; retrying in {:.1} s (giving up {:.0} s from now)",
+            pause.as_secs_f64(),
+            left.as_secs_f64()
+        );
+        target.set_starting(format!("{msg}; retrying"));
+        // A signal while waiting ends the wait: nothing was claimed, nothing to drain.
+        if rx.recv_timeout(pause).is_ok() {
+            log::info!("signal received while waiting for the database: exiting");
+            return Ok(());
+        }
+        delay = (delay * 2).min(START_RETRY_MAX);
+    };
+    target.set_relay(relay.clone());
     let _ = rx.recv();
     let report = relay.stop(drain);
     let s = relay.counters();

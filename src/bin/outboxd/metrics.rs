@@ -1,6 +1,6 @@
 //! The Prometheus endpoint: `/metrics` (text format) and `/healthz`, on a small blocking server.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -37,10 +37,42 @@ impl Latency {
     }
 }
 
+/// What the endpoint reports on: the relay once it runs, and until then why it does not yet.
+#[derive(Debug, Default)]
+pub struct Target {
+    relay: RwLock<Option<Arc<Relay>>>,
+    starting: RwLock<Option<String>>,
+}
+
+impl Target {
+    pub fn new() -> Arc<Target> {
+        Arc::new(Target::default())
+    }
+
+    /// The relay runs: report on it.
+    pub fn set_relay(&self, relay: Arc<Relay>) {
+        *self.relay.write().unwrap_or_else(|e| e.into_inner()) = Some(relay);
+        *self.starting.write().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The relay is not running yet, and why (reported by /healthz).
+    pub fn set_starting(&self, why: String) {
+        *self.starting.write().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+
+    fn relay(&self) -> Option<Arc<Relay>> {
+        self.relay.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn starting(&self) -> Option<String> {
+        self.starting.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 /// Reads the relay's counters and the table's gauges at each scrape.
 #[derive(Debug)]
 struct RelayCollector {
-    relay: Arc<Relay>,
+    target: Arc<Target>,
 }
 
 fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> Result<(), std::fmt::Error> {
@@ -55,7 +87,15 @@ fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> Result<
 
 impl Collector for RelayCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = self.relay.stats();
+        let Some(relay) = self.target.relay() else {
+            return gauge(
+                &mut enc,
+                "outbox_starting",
+                "1 while outboxd waits for its database at start (/healthz says why)",
+                1.0,
+            );
+        };
+        let s = relay.stats();
         counter(&mut enc, "outbox_claimed", "Rows claimed by this instance", s.claimed)?;
         counter(
             &mut enc,
@@ -120,6 +160,32 @@ impl Collector for RelayCollector {
         )?;
         gauge(
             &mut enc,
+            "outbox_claim_failures_in_a_row",
+            "Claim rounds that failed one after the other (0 after a success)",
+            s.claim_failures_in_a_row as f64,
+        )?;
+        gauge(
+            &mut enc,
+            "outbox_write_failures_in_a_row",
+            "Acks, releases, dead-letterings and renewals that failed one after the other",
+            s.write_failures_in_a_row as f64,
+        )?;
+        gauge(
+            &mut enc,
+            "outbox_stalled",
+            "1 while the relay cannot make progress (claims or writes failing in a row; /healthz says why)",
+            if s.stalled.is_some() { 1.0 } else { 0.0 },
+        )?;
+        if let Some(age) = s.since_last_claim {
+            gauge(
+                &mut enc,
+                "outbox_last_claim_success_age_seconds",
+                "Time since the last claim round that succeeded",
+                age.as_secs_f64(),
+            )?;
+        }
+        gauge(
+            &mut enc,
             "outbox_in_flight",
             "Claimed events not yet recorded",
             s.in_flight as f64,
@@ -134,8 +200,8 @@ impl Collector for RelayCollector {
                 g.fail as f64,
             )?;
         }
-        let cfg = self.relay.config();
-        if let Ok(oldest) = outbox::admin::oldest_wait_by_topic(self.relay.pool(), &cfg.table, OLDEST_WAIT_SAMPLE) {
+        let cfg = relay.config();
+        if let Ok(oldest) = outbox::admin::oldest_wait_by_topic(relay.pool(), &cfg.table, OLDEST_WAIT_SAMPLE) {
             let proto = ConstGauge::new(0.0);
             let mut family = enc.encode_descriptor(
                 "outbox_oldest_wait_age_seconds",
@@ -154,7 +220,7 @@ impl Collector for RelayCollector {
 }
 
 /// Serves `/metrics` and `/healthz` on `addr` until the process ends.
-pub fn serve(addr: &str, relay: Arc<Relay>, latency: Latency) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub fn serve(addr: &str, target: Arc<Target>, latency: Latency) -> std::io::Result<std::thread::JoinHandle<()>> {
     let server =
         tiny_http::Server::http(addr).map_err(|e| std::io::Error::other(format!("metrics.listen = {addr}: {e}")))?;
     let mut registry = Registry::default();
@@ -168,7 +234,7 @@ pub fn serve(addr: &str, relay: Arc<Relay>, latency: Latency) -> std::io::Result
         "How long an event was held SENDING by this instance",
         latency.residence.clone(),
     );
-    registry.register_collector(Box::new(RelayCollector { relay: relay.clone() }));
+    registry.register_collector(Box::new(RelayCollector { target: target.clone() }));
     log::info!("metrics on http://{addr}/metrics and /healthz");
     std::thread::Builder::new()
         .name("outbox-metrics".into())
@@ -182,15 +248,30 @@ pub fn serve(addr: &str, relay: Arc<Relay>, latency: Latency) -> std::io::Result
                             Err(e) => (500, format!("encoding failed: {e}\n"), "text/plain"),
                         }
                     }
-                    "/healthz" => {
-                        let (db, broker) = relay.health();
-                        let body = format!(
-                            "db={} broker={}\n",
-                            if db { "up" } else { "down" },
-                            if broker { "up" } else { "down" }
-                        );
-                        (if db && broker { 200 } else { 503 }, body, "text/plain")
-                    }
+                    "/healthz" => match target.relay() {
+                        None => (
+                            503,
+                            format!(
+                                "starting: {}\n",
+                                target
+                                    .starting()
+                                    .unwrap_or_else(|| "the relay is not running yet".into())
+                            ),
+                            "text/plain",
+                        ),
+                        Some(relay) => {
+                            let (db, broker) = relay.health();
+                            let mut body = format!(
+                                "db={} broker={}\n",
+                                if db { "up" } else { "down" },
+                                if broker { "up" } else { "down" }
+                            );
+                            if let Some(why) = relay.stalled() {
+                                body.push_str(&format!("stalled: {why}\n"));
+                            }
+                            (if db && broker { 200 } else { 503 }, body, "text/plain")
+                        }
+                    },
                     _ => (404, "not found: try /metrics or /healthz\n".into(), "text/plain"),
                 };
                 let header =

@@ -81,6 +81,9 @@ pub fn load(
             }
         };
 
+    // Every key and value with its source, in order of precedence (file, env, flags). The
+    // profile is applied first whatever its place, so that every other key overrides it.
+    let mut entries: Vec<(String, String, Source)> = Vec::new();
     if let Some(path) = file {
         let shown = path.display().to_string();
         match std::fs::read_to_string(path) {
@@ -98,7 +101,7 @@ pub fn load(
                     flatten("", &table, &mut flat);
                     for (key, value) in flat {
                         match value {
-                            Ok(v) => apply(&mut config, &key, &v, Source::File(shown.clone()), &mut problems),
+                            Ok(v) => entries.push((key, v, Source::File(shown.clone()))),
                             Err(kind) => problems.push(Problem {
                                 source: Source::File(shown.clone()),
                                 error: format!(
@@ -114,17 +117,23 @@ pub fn load(
     for k in KEYS {
         let var = env_name(k.key);
         if let Some(v) = env(&var) {
-            apply(&mut config, k.key, &v, Source::Env(var), &mut problems);
+            entries.push((k.key.to_string(), v, Source::Env(var)));
         }
     }
     for s in sets {
         match s.split_once('=') {
-            Some((k, v)) => apply(&mut config, k.trim(), v, Source::Flag, &mut problems),
+            Some((k, v)) => entries.push((k.trim().to_string(), v.to_string(), Source::Flag)),
             None => problems.push(Problem {
                 source: Source::Flag,
                 error: format!("--set {s:?} is not key=value"),
             }),
         }
+    }
+    if let Some((key, value, source)) = entries.iter().rev().find(|(k, _, _)| k == "profile") {
+        apply(&mut config, key, value, source.clone(), &mut problems);
+    }
+    for (key, value, source) in entries.into_iter().filter(|(k, _, _)| k != "profile") {
+        apply(&mut config, &key, &value, source, &mut problems);
     }
     // The checks across keys, all of them, with the source of the keys involved.
     for e in config.problems() {
@@ -230,6 +239,40 @@ mod tests {
             "{all}"
         );
         assert!(all.contains("no.such"), "{all}");
+    }
+
+    #[test]
+    fn the_seed_profile_is_applied_first_and_later_keys_override_it() {
+        let dir = std::env::temp_dir().join(format!("outboxd-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("o.toml");
+        // Sorted, "batch.size" comes before "profile" in the file: it still overrides the profile.
+        std::fs::write(
+            &f,
+            "db.url = \"mysql://root@127.0.0.1/x\"\nbatch.size = 7\nprofile = \"seed\"\n",
+        )
+        .unwrap();
+        let e = load(Some(&f), &["max.retry=9".into()], no_env).unwrap();
+        let seed = Config::seed_compatible("mysql://root@127.0.0.1/x");
+        assert_eq!(e.config.profile, outbox::config::Profile::Seed);
+        assert_eq!(e.config.batch_size, 7, "the file's key overrides the profile");
+        assert_eq!(e.config.max_retry, 9, "the flag overrides the profile");
+        assert_eq!(e.config.lease, seed.lease);
+        assert_eq!(e.config.scan_interval, seed.scan_interval);
+        assert_eq!(e.config.claim_strategy, seed.claim_strategy);
+        assert_eq!(e.sources["profile"], Source::File(f.display().to_string()));
+        let bad = load(
+            None,
+            &["profile=seeds".into(), "db.url=mysql://root@h/x".into()],
+            no_env,
+        )
+        .err()
+        .unwrap();
+        let all = bad.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n");
+        assert!(
+            all.contains("profile") && all.contains("\"seeds\"") && all.contains("default, seed"),
+            "{all}"
+        );
     }
 
     #[test]
