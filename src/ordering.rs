@@ -38,7 +38,7 @@ pub(crate) const KEY_IDENTITY_SQL: &str = "WEIGHT_STRING(RTRIM(biz_no))";
 /// of `idx_biz_no` ("Using index for group-by"), one or two index reads per key and status.
 pub(crate) fn head_sql(table: &str, statuses: &str, keys: &[String]) -> String {
     format!(
-        "SELECT {KEY_IDENTITY_SQL}, MIN(id) FROM {table} FORCE INDEX (idx_biz_no) \
+        "SELECT {KEY_IDENTITY_SQL}, status, MIN(id) FROM {table} FORCE INDEX (idx_biz_no) \
          WHERE biz_no IN ({keys}) AND status IN ({statuses}) GROUP BY biz_no, status",
         keys = keys.join(", "),
     )
@@ -182,8 +182,13 @@ impl std::fmt::Display for QueueRef {
 /// adding one moves some keys to other queues, which is why it is logged at WARN.
 pub struct QueueBook {
     pool: mysql::Pool,
-    cache: parking_lot::Mutex<HashMap<String, Vec<QueueRef>>>,
+    /// Per topic: the set, and when it was read.
+    cache: parking_lot::Mutex<HashMap<String, (std::time::Instant, Vec<QueueRef>)>>,
 }
+
+/// How long a cached queue set is used before it is read again, so every instance learns within
+/// this time the queues another one added.
+const BOOK_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl QueueBook {
     pub fn new(pool: mysql::Pool) -> QueueBook {
@@ -206,13 +211,15 @@ impl QueueBook {
     /// the client sees it now) that the book did not hold. Reads the database only when `live`
     /// holds a queue the cached set lacks, or nothing is cached yet.
     pub fn queues(&self, topic: &str, live: &[QueueRef]) -> crate::Result<Vec<QueueRef>> {
-        if let Some(known) = self.cache.lock().get(topic) {
-            if live.iter().all(|q| known.binary_search(q).is_ok()) {
+        if let Some((at, known)) = self.cache.lock().get(topic) {
+            if at.elapsed() < BOOK_TTL && live.iter().all(|q| known.binary_search(q).is_ok()) {
                 return Ok(known.clone());
             }
         }
         let set = self.merge(topic, live)?;
-        self.cache.lock().insert(topic.to_string(), set.clone());
+        self.cache
+            .lock()
+            .insert(topic.to_string(), (std::time::Instant::now(), set.clone()));
         Ok(set)
     }
 

@@ -596,8 +596,8 @@ fn scanner_loop(
             last_head_scan = lease_start;
         }
         let result = catch_unwind(AssertUnwindSafe(|| match cfg.claim_strategy {
-            // Per-key order: runs of keys whose oldest pending event is due, from the head.
-            _ if ordered => inner.store.claim_ordered(limit, run_max),
+            // Per-key order: runs of keys whose oldest pending event is due.
+            _ if ordered => inner.store.claim_ordered_after(limit, run_max, position.as_ref()),
             ClaimStrategy::SkipLocked => inner.store.claim_skip_locked_after(limit, position.as_ref()),
             // The seed's algorithm, as the seed runs it: always from the head.
             ClaimStrategy::PerRow => inner.store.claim_per_row(limit),
@@ -628,16 +628,17 @@ fn scanner_loop(
         let n = round.claimed.len();
         let conflicts = round.conflicts as usize;
         let blocked = round.blocked;
-        // Not with per-biz-no ordering: it leaves a key's later events behind on purpose (until
-        // the earlier one is acked), and a round after the position would not see them.
-        position = if n + conflicts >= limit
-            && cfg.claim_strategy == ClaimStrategy::SkipLocked
-            && cfg.ordering == crate::config::Ordering::None
-            && cfg.scan_drain
-        {
-            round.last.clone()
-        } else {
-            None
+        let ordered_next = ordered.then(|| OrderedNext::after(&round, limit));
+        position = match ordered_next {
+            // Walk past a window of keys that stay blocked for a while.
+            Some(OrderedNext::SkipAhead) if cfg.scan_drain => round.last.clone(),
+            // Same start: claimed rows left the window, or it waits on runs in flight.
+            Some(OrderedNext::Again | OrderedNext::WaitForRuns) if cfg.scan_drain => position,
+            Some(_) => None,
+            None if n + conflicts >= limit && cfg.claim_strategy == ClaimStrategy::SkipLocked && cfg.scan_drain => {
+                round.last.clone()
+            }
+            None => None,
         };
         Counters::add(&inner.counters.claim_rounds, 1);
         Counters::add(&inner.counters.claimed, n as u64);
@@ -650,6 +651,17 @@ fn scanner_loop(
             inner.counters.in_flight.fetch_add(n as u64, SeqCst);
             dispatch(inner, &chunk_tx, round, lease_start, permit == Permit::Probe);
         }
+        if let Some(next) = ordered_next.filter(|_| cfg.scan_drain && permit == Permit::Claim) {
+            match next {
+                OrderedNext::Again | OrderedNext::SkipAhead => continue,
+                // A short round after a position ends the walk: the head round follows at once.
+                OrderedNext::Idle if !from_head => continue,
+                // Ours wake the scanner as they end; another instance's are seen at the interval.
+                OrderedNext::WaitForRuns => wait_or_capacity(&wake, &capacity, &shutdown, cfg.scan_interval),
+                OrderedNext::Idle => wait(&wake, &shutdown, cfg.scan_interval),
+            }
+            continue;
+        }
         // A full round of candidates means a backlog is waiting: scan again at once. Candidates
         // another instance took count too (per-row), or racing instances would idle a whole
         // interval after every lost race. A short round that started at a position only ends
@@ -657,17 +669,37 @@ fn scanner_loop(
         if (n + conflicts >= limit || !from_head) && cfg.scan_drain && permit == Permit::Claim {
             continue;
         }
-        if ordered && blocked > 0 && cfg.scan_drain && permit == Permit::Claim {
-            // Candidates wait behind runs in flight. A round that claimed something slid the
-            // window on: go again. One that claimed nothing waits for a run to finish (ours
-            // wake the scanner; another instance's are seen at the next interval).
-            if n > 0 {
-                continue;
-            }
-            wait_or_capacity(&wake, &capacity, &shutdown, cfg.scan_interval);
-            continue;
-        }
         wait(&wake, &shutdown, cfg.scan_interval);
+    }
+}
+
+/// What the scanner does after an ordered round (see docs/ordering.md, "The window").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OrderedNext {
+    /// Runs were claimed, so they left the window: scan again from the same start.
+    Again,
+    /// A full window, nothing claimable, mostly keys that stay blocked a while (backoff, park,
+    /// dead head): scan on after it, or they would hide every key behind them.
+    SkipAhead,
+    /// Nothing claimable, mostly keys with a run in flight: wait until a run ends.
+    WaitForRuns,
+    /// The due rows ended: wait for a commit or the interval.
+    Idle,
+}
+
+impl OrderedNext {
+    fn after(round: &ClaimRound, limit: usize) -> OrderedNext {
+        let n = round.claimed.len() as u64;
+        let busy = round.blocked - round.stuck;
+        if n > 0 {
+            OrderedNext::Again
+        } else if n + round.blocked >= limit as u64 && round.stuck >= busy {
+            OrderedNext::SkipAhead
+        } else if busy > 0 {
+            OrderedNext::WaitForRuns
+        } else {
+            OrderedNext::Idle
+        }
     }
 }
 

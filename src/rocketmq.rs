@@ -319,6 +319,7 @@ impl RocketMqPublisher {
     /// per queue, in order, as batches. A key's events after one that failed are not sent
     /// ([`FailureKind::HeldBack`]); keys whose queue's broker is down while another broker of the
     /// topic is up are [`FailureKind::Parked`].
+    #[allow(clippy::too_many_arguments)]
     fn publish_ordered(
         &self,
         live: &Live,
@@ -638,6 +639,40 @@ impl RocketMqPublisher {
         guard
             .as_ref()
             .is_some_and(|live| self.some_topic_has_a_route(live, Instant::now() + timeout))
+    }
+
+    /// Creates `topic` with `queues` queues on every broker that holds the auto-create topic
+    /// (`TBW102`), as an operator would before relaying an ordered topic.
+    pub fn create_topic(&self, topic: &str, queues: i32) -> Result<()> {
+        let guard = self.live.read();
+        let live = guard
+            .as_ref()
+            .ok_or_else(|| publisher_error("create topic", "the publisher is shut down"))?;
+        let mut producer = live.producer.clone();
+        live.owner
+            .block_on(async {
+                producer
+                    .create_topic(AUTO_CREATE_TOPIC, topic, queues, HashMap::new())
+                    .await
+            })
+            .map_err(|e| publisher_error("create topic", describe(&e)))
+    }
+
+    /// The brokers that `topic`'s route lists now, as the name server answers within `timeout`.
+    pub fn topic_brokers(&self, topic: &str, timeout: Duration) -> Vec<String> {
+        let guard = self.live.read();
+        let Some(live) = guard.as_ref() else { return Vec::new() };
+        let mut producer = live.producer.clone();
+        let found = live
+            .owner
+            .block_on(async { tokio::time::timeout(timeout, producer.fetch_publish_message_queues(topic)).await });
+        let mut brokers: Vec<String> = match found {
+            Ok(Ok(qs)) => qs.iter().map(|q| q.broker_name().to_string()).collect(),
+            _ => Vec::new(),
+        };
+        brokers.sort();
+        brokers.dedup();
+        brokers
     }
 
     /// [`RocketMqPublisher::has_routes`], within what is left of a send's budget (no answer: no).
@@ -1144,6 +1179,8 @@ pub mod testing {
         pub properties: BTreeMap<String, String>,
         pub queue_id: i32,
         pub queue_offset: i64,
+        /// The broker that stored it (a queue is `(broker, queue_id)`).
+        pub broker: String,
     }
 
     impl Consumed {
@@ -1222,6 +1259,7 @@ pub mod testing {
                             .collect(),
                         queue_id: m.queue_id(),
                         queue_offset: m.queue_offset(),
+                        broker: m.broker_name().to_string(),
                     });
                 }
                 out.distinct = seen.len();

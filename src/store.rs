@@ -83,6 +83,10 @@ pub struct ClaimRound {
     pub runs: Vec<usize>,
     /// Ordered claims: candidates left WAIT because an earlier event of their key is pending.
     pub blocked: u64,
+    /// Ordered claims: of the blocked candidates, those whose key's oldest pending event is not
+    /// in flight (waiting out a backoff or a park, or dead-lettered with the block policy): they
+    /// stay blocked for a while, unlike the keys of runs in flight.
+    pub stuck: u64,
 }
 
 /// A place in the scan order `(next_retry_time, id)`. A round that starts after it skips the
@@ -265,6 +269,17 @@ impl Store {
     /// At most one run per key is ever in flight: a key whose oldest pending row is SENDING (or
     /// not due, or FAIL with `ordering.dead.head = block`) has none of its rows claimed.
     pub fn claim_ordered(&self, limit: usize, run_max: usize) -> Result<ClaimRound> {
+        self.claim_ordered_after(limit, run_max, None)
+    }
+
+    /// [`Store::claim_ordered`] with candidates strictly after `after` in scan order (from the
+    /// head when `None`): how the scanner walks past keys that stay blocked.
+    pub fn claim_ordered_after(
+        &self,
+        limit: usize,
+        run_max: usize,
+        after: Option<&ScanPosition>,
+    ) -> Result<ClaimRound> {
         use crate::ordering::{claimable_heads, runs, Candidate, KEY_IDENTITY_SQL};
         use std::collections::HashMap;
         let statuses = self.blocking.unwrap_or("'WAIT', 'SENDING'");
@@ -272,7 +287,7 @@ impl Store {
         let mut conn = self.conn()?;
         let mut tx = conn.start_transaction(TxOpts::default())?;
         let cols = format!("{}, {KEY_IDENTITY_SQL}", Self::columns());
-        let mut rows: Vec<Row> = tx.query(self.scan_sql_with(&cols, limit, true, None))?;
+        let mut rows: Vec<Row> = tx.query(self.scan_sql_with(&cols, limit, true, after))?;
         if rows.is_empty() {
             tx.commit()?;
             return Ok(ClaimRound::default());
@@ -296,13 +311,18 @@ impl Store {
             .filter(|c| seen.insert(c.key.clone()))
             .map(|c| lit(&events[c.pos].0.biz_no))
             .collect();
-        let mut heads: HashMap<Vec<u8>, EventId> = HashMap::new();
-        let head_rows: Vec<(Vec<u8>, EventId)> =
+        // Per key: its oldest pending id, and whether that row is in flight (SENDING).
+        let mut oldest: HashMap<Vec<u8>, (EventId, bool)> = HashMap::new();
+        let head_rows: Vec<(Vec<u8>, String, EventId)> =
             tx.query(crate::ordering::head_sql(&self.table, statuses, &key_lits))?;
-        for (key, min) in head_rows {
-            let e = heads.entry(key).or_insert(min);
-            *e = (*e).min(min);
+        for (key, status, min) in head_rows {
+            let sending = status == status::SENDING;
+            let e = oldest.entry(key).or_insert((min, sending));
+            if min < e.0 {
+                *e = (min, sending);
+            }
         }
+        let heads: HashMap<Vec<u8>, EventId> = oldest.iter().map(|(k, v)| (k.clone(), v.0)).collect();
         let claimable = claimable_heads(&candidates, &heads);
         // The pending ids between head and last candidate, for keys with more than one candidate.
         let ranges: Vec<(String, EventId, EventId)> = claimable
@@ -321,11 +341,17 @@ impl Store {
         let runs = runs(&claimable, &candidates, &pending, run_max);
         let claimed_n: usize = runs.iter().map(Vec::len).sum();
         let blocked = (candidates.len() - claimed_n) as u64;
+        let in_run: std::collections::HashSet<usize> = runs.iter().flatten().copied().collect();
+        let stuck = candidates
+            .iter()
+            .filter(|c| !in_run.contains(&c.pos) && !oldest.get(&c.key).is_some_and(|h| h.1))
+            .count() as u64;
         if claimed_n == 0 {
             tx.commit()?;
             return Ok(ClaimRound {
                 last,
                 blocked,
+                stuck,
                 ..ClaimRound::default()
             });
         }
@@ -353,6 +379,7 @@ impl Store {
             last,
             runs: lengths,
             blocked,
+            stuck,
         })
     }
 

@@ -12,3 +12,5 @@ mod rocketmq_e2e;
 mod schema;
 mod stall;
 mod support;
+#[cfg(feature = "rocketmq")]
+mod two_brokers;
