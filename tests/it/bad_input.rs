@@ -100,6 +100,8 @@ const BAD_VALUES: &[(&str, &[&str])] = &[
     ("retention.batch.size", &["0", "100001", "x"]),
     ("retention.interval.ms", &["9", "86400001", "x"]),
     ("retention.round.max.ms", &["9", "3600001", "x"]),
+    ("log.level", &["loud", "verbose", "3", "warning"]),
+    ("db.pool.wait.ms", &["-1", "86400001", "5s"]),
     (
         "metrics.listen",
         &["localhost:9464", "127.0.0.1", "127.0.0.1:x", ":9464", "127.0.0.1:65536"],
