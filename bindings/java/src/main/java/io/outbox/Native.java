@@ -1,8 +1,10 @@
 package io.outbox;
 
+import java.lang.System.Logger.Level;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
+import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * The native methods of {@code liboutbox} (Rust, {@code src/jni}) and how the library is found.
@@ -10,7 +12,7 @@ import java.nio.file.Paths;
  */
 final class Native {
     /** Must equal {@code JNI_ABI_VERSION} in src/jni/mod.rs. */
-    static final int ABI_VERSION = 1;
+    static final int ABI_VERSION = 2;
 
     /** System property naming the library file, or a directory holding it. */
     static final String PATH_PROPERTY = "outbox.library.path";
@@ -55,6 +57,7 @@ final class Native {
                         e);
             }
             checkAbi("java.library.path (" + name + ")");
+            installLogger();
             loadedFrom = "java.library.path";
         }
     }
@@ -83,6 +86,7 @@ final class Native {
                         + "): " + e.getMessage(), e);
             }
             checkAbi(where);
+            installLogger();
             loadedFrom = where;
         }
     }
@@ -104,6 +108,57 @@ final class Native {
                     + " but this outbox.jar needs version " + ABI_VERSION + "; use the jar and library of one release", null);
         }
     }
+
+    // --- logging
+
+    private static final ConcurrentHashMap<String, System.Logger> LOGGERS = new ConcurrentHashMap<>();
+
+    /**
+     * The {@code System.Logger} name of a native log target: {@code outbox::relay} becomes
+     * {@code outbox.relay}; targets of the library's dependencies go under {@code outbox.}
+     * ({@code mysql::conn} becomes {@code outbox.mysql.conn}).
+     */
+    static String loggerName(String target) {
+        String name = target.replace("::", ".");
+        return name.equals("outbox") || name.startsWith("outbox.") ? name : "outbox." + name;
+    }
+
+    /**
+     * Called by the native library for each log record, on the thread that logged (a relay
+     * thread or the caller's). Never throws: a failing logger is the native side's problem to
+     * report on stderr.
+     */
+    static void log(int level, String target, String message) {
+        System.Logger logger = LOGGERS.computeIfAbsent(target, t -> System.getLogger(loggerName(t)));
+        Level l;
+        switch (level) {
+            case 1:
+                l = Level.ERROR;
+                break;
+            case 2:
+                l = Level.WARNING;
+                break;
+            case 3:
+                l = Level.INFO;
+                break;
+            case 4:
+                l = Level.DEBUG;
+                break;
+            default:
+                l = Level.TRACE;
+                break;
+        }
+        logger.log(l, message);
+    }
+
+    /** Routes the library's log records to {@link #log}. */
+    static native void installLogger();
+
+    /** 0 off, 1 error, 2 warn, 3 info, 4 debug, 5 trace. */
+    static native void setLogLevel(int level);
+
+    /** Logs {@code message} at WARN (target {@code outbox::self_test}) from a new native thread. */
+    static native void selfTestLog(String message);
 
     // --- library
     static native int abiVersion();
