@@ -68,6 +68,9 @@ public final class OutboxEvents {
         Objects.requireNonNull(event, "event");
         Insert ins = insert(table);
         Event.checkText(event);
+        // Validated by the library's own rules; also gives the headers column's JSON.
+        String headers = Native.checkEvent(event.bizNo(), event.eventType(), event.payloadUnsafe(), event.topic(), event.tag(),
+                event.headerKeys(), event.headerValues(), payloadMax);
         try {
             if (conn.getAutoCommit()) {
                 // The row would commit alone at once: the business write that follows could fail
@@ -79,9 +82,6 @@ public final class OutboxEvents {
         } catch (SQLException e) {
             throw new OutboxDatabaseException("could not read the connection's autocommit mode", e);
         }
-        // Validated by the library's own rules; also gives the headers column's JSON.
-        String headers = Native.checkEvent(event.bizNo(), event.eventType(), event.payloadUnsafe(), event.topic(), event.tag(),
-                event.headerKeys(), event.headerValues(), payloadMax);
         try (PreparedStatement ps = conn.prepareStatement(ins.sql, Statement.RETURN_GENERATED_KEYS)) {
             for (int i = 0; i < ins.params.length; i++) {
                 int n = i + 1;
