@@ -9,18 +9,19 @@
 //   - your own database/sql transaction: EnqueueTx(ctx, sqlTx, relay, event) inserts the row with
 //     your driver using the library's statement; after sqlTx.Commit() call relay.Notify().
 //
-// Linking: the package links -loutbox and finds outbox.h in ../../include. Point the linker at
-// the built library, e.g.
+// Linking: the package carries its C header (outbox.h, the library's include/outbox.h) and links
+// -loutbox, or liboutbox.a with the build tag outbox_static. Point the linker at the built
+// library, e.g.
 //
-//	CGO_LDFLAGS="-L$LIB -Wl,-rpath,$LIB" go test ./...
+//	CGO_LDFLAGS="-L$LIB -Wl,-rpath,$LIB" go build ./...
+//	CGO_LDFLAGS="-L$LIB" go build -tags outbox_static ./...
 //
-// with LIB the cargo output directory holding liboutbox.so (run-tests.sh does this; the rpath
-// lets the test binary find the library without LD_LIBRARY_PATH).
+// with LIB the cargo output directory holding liboutbox.so / liboutbox.a (the rpath lets the
+// program find the shared library without LD_LIBRARY_PATH).
 package outbox
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../include
-#cgo LDFLAGS: -loutbox
+#cgo CFLAGS: -I${SRCDIR}
 #include <stdlib.h>
 #include <stdint.h>
 #include "outbox.h"
