@@ -247,22 +247,40 @@ mod tests {
     #[test]
     fn records_reach_the_callback_and_a_panicking_host_sink_is_contained() {
         // One test owns the process-wide logger state (the lib tests install no other logger).
-        assert_eq!(unsafe { outbox_set_log_callback(Some(keep), std::ptr::null_mut()) }, outbox_result::OUTBOX_OK);
+        assert_eq!(
+            unsafe { outbox_set_log_callback(Some(keep), std::ptr::null_mut()) },
+            outbox_result::OUTBOX_OK
+        );
         log::warn!(target: "outbox::test", "careful: {}", 1);
         log::debug!(target: "outbox::test", "below the default threshold");
         let seen = SEEN.lock().clone();
-        assert!(seen.contains(&(OUTBOX_LOG_WARN, "outbox::test".into(), "careful: 1".into())), "{seen:?}");
-        assert!(!seen.iter().any(|(_, _, m)| m.contains("below the default")), "{seen:?}");
+        assert!(
+            seen.contains(&(OUTBOX_LOG_WARN, "outbox::test".into(), "careful: 1".into())),
+            "{seen:?}"
+        );
+        assert!(
+            !seen.iter().any(|(_, _, m)| m.contains("below the default")),
+            "{seen:?}"
+        );
 
         set_sink(Sink::Host(Arc::new(|_, _, _| panic!("a host logger that panics")))).unwrap();
         log::error!(target: "outbox::test", "into a panicking sink");
         // The thread goes on and later records are delivered.
-        assert_eq!(unsafe { outbox_set_log_callback(Some(keep), std::ptr::null_mut()) }, outbox_result::OUTBOX_OK);
+        assert_eq!(
+            unsafe { outbox_set_log_callback(Some(keep), std::ptr::null_mut()) },
+            outbox_result::OUTBOX_OK
+        );
         log::error!(target: "outbox::test", "after the panic");
-        assert!(SEEN.lock().iter().any(|(l, _, m)| *l == OUTBOX_LOG_ERROR && m == "after the panic"));
+        assert!(SEEN
+            .lock()
+            .iter()
+            .any(|(l, _, m)| *l == OUTBOX_LOG_ERROR && m == "after the panic"));
 
         assert_eq!(outbox_set_log_level(9), outbox_result::OUTBOX_ERR_INVALID_ARGUMENT);
-        assert_eq!(unsafe { outbox_set_log_callback(None, std::ptr::null_mut()) }, outbox_result::OUTBOX_OK);
+        assert_eq!(
+            unsafe { outbox_set_log_callback(None, std::ptr::null_mut()) },
+            outbox_result::OUTBOX_OK
+        );
     }
 
     unsafe extern "C" fn discard(_: outbox_log_level, _: *const c_char, _: *const c_char, _: *mut c_void) {}
@@ -273,7 +291,10 @@ mod tests {
     fn logging_cost() {
         use std::hint::black_box;
         use std::time::Instant;
-        assert_eq!(unsafe { outbox_set_log_callback(Some(discard), std::ptr::null_mut()) }, outbox_result::OUTBOX_OK);
+        assert_eq!(
+            unsafe { outbox_set_log_callback(Some(discard), std::ptr::null_mut()) },
+            outbox_result::OUTBOX_OK
+        );
         log::set_max_level(log::LevelFilter::Info);
         let n = 20_000_000u64;
         let t = Instant::now();
@@ -289,7 +310,10 @@ mod tests {
         }
         let delivered = t.elapsed().as_nanos() as f64 / m as f64;
         log::set_max_level(log::LevelFilter::Info);
-        assert_eq!(unsafe { outbox_set_log_callback(None, std::ptr::null_mut()) }, outbox_result::OUTBOX_OK);
+        assert_eq!(
+            unsafe { outbox_set_log_callback(None, std::ptr::null_mut()) },
+            outbox_result::OUTBOX_OK
+        );
         println!("a record below the threshold: {disabled:.2} ns; a record delivered to a C callback that discards it: {delivered:.0} ns");
     }
 }

@@ -660,14 +660,23 @@ fn access_denied_and_unknown_database_are_not_retriable() {
     c.set("publisher", "none").unwrap();
     let e = outbox::open(c, None).map(|_| ()).unwrap_err();
     let msg = e.to_string();
-    assert!(matches!(&e, Error::Db(mysql::Error::MySqlError(me)) if me.code == 1045), "{e:?}");
+    assert!(
+        matches!(&e, Error::Db(mysql::Error::MySqlError(me)) if me.code == 1045),
+        "{e:?}"
+    );
     assert!(!e.is_retriable(), "access denied is not worth retrying: {msg}");
-    assert!(msg.contains("access denied") && !msg.contains("MySqlError") && !msg.contains("s3cret"), "{msg}");
+    assert!(
+        msg.contains("access denied") && !msg.contains("MySqlError") && !msg.contains("s3cret"),
+        "{msg}"
+    );
 
     let mut c = Config::new(format!("{}_missing", db.url));
     c.set("publisher", "none").unwrap();
     let e = outbox::open(c, None).map(|_| ()).unwrap_err();
-    assert!(matches!(&e, Error::Db(mysql::Error::MySqlError(me)) if me.code == 1049), "{e:?}");
+    assert!(
+        matches!(&e, Error::Db(mysql::Error::MySqlError(me)) if me.code == 1049),
+        "{e:?}"
+    );
     assert!(!e.is_retriable(), "an unknown database is not worth retrying: {e}");
     assert!(e.to_string().contains("unknown database"), "{e}");
 }
