@@ -29,7 +29,10 @@ final class Native {
 
     private Native() {}
 
-    /** Loads the library if no one has yet: the property, the environment variable, then java.library.path. */
+    /**
+     * Loads the library if no one has yet: the property, the environment variable, the library
+     * this jar carries for the platform, then java.library.path.
+     */
     static void ensureLoaded() {
         if (loadedFrom != null) {
             return;
@@ -58,7 +61,8 @@ final class Native {
                 throw new OutboxLibraryException(
                         "could not load the outbox native library: " + name + " is not in java.library.path = "
                                 + System.getProperty("java.library.path") + " (" + e.getMessage() + "), and neither -D"
-                                + PATH_PROPERTY + " nor $" + PATH_ENV + " is set. Build it with "
+                                + PATH_PROPERTY + " nor $" + PATH_ENV + " is set, and this jar carries no library for " + platform()
+                                + ". Use the jar built with `build.sh --native`, or build the library with "
                                 + "`cargo build --release --features jni` and pass -Djava.library.path=<dir with " + name
                                 + ">, -D" + PATH_PROPERTY + "=<file or dir>, or call Outbox.loadLibrary(path)",
                         e);
