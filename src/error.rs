@@ -116,16 +116,16 @@ pub fn describe_db(e: &mysql::Error) -> String {
         }
         mysql::Error::DriverError(d) => match d {
             mysql::DriverError::CouldNotConnect(Some((addr, desc, _))) => {
-                format!("cannot connect to the database at {addr}: {desc}")
+                format!("database error: cannot connect to {addr}: {desc}")
             }
-            mysql::DriverError::CouldNotConnect(None) => "cannot connect to the database: no address given".into(),
-            mysql::DriverError::ConnectTimeout => "cannot connect to the database: the connection timed out".into(),
-            mysql::DriverError::Timeout => "the database did not answer in time".into(),
-            other => format!("database driver error: {}", lowercase_first(&other.to_string())),
+            mysql::DriverError::CouldNotConnect(None) => "database error: cannot connect: no address given".into(),
+            mysql::DriverError::ConnectTimeout => "database error: cannot connect: the connection timed out".into(),
+            mysql::DriverError::Timeout => "database error: the database did not answer in time".into(),
+            other => format!("database error: {}", lowercase_first(&other.to_string())),
         },
-        mysql::Error::IoError(io) => format!("the database connection failed: {io}"),
-        mysql::Error::CodecError(c) => format!("the database connection failed: {c}"),
-        mysql::Error::UrlError(u) => format!("bad database URL: {}", describe_url_error(u)),
+        mysql::Error::IoError(io) => format!("database error: the connection failed: {io}"),
+        mysql::Error::CodecError(c) => format!("database error: the connection failed: {c}"),
+        mysql::Error::UrlError(u) => format!("database error: bad database URL: {}", describe_url_error(u)),
         other => format!("database error: {}", lowercase_first(&other.to_string())),
     }
 }
