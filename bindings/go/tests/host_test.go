@@ -61,6 +61,17 @@ func TestLogRecordsReachTheHostWithLevelAndTarget(t *testing.T) {
 	r.Close()
 }
 
+func TestLogRecordsFromAForeignThreadReachGo(t *testing.T) {
+	logs := captureLogs(t)
+	if err := StartOnAForeignThread(dbURL); err != nil {
+		t.Fatal(err)
+	}
+	rec, ok := logs.find("outbox::relay", "cthread-")
+	if !ok || rec.Level != outbox.LogInfo {
+		t.Fatalf("no start record from the C thread in %+v", logs.records)
+	}
+}
+
 func TestLogLevelSettingAndOff(t *testing.T) {
 	logs := captureLogs(t)
 	r := start(t, "log.level", "warn")
