@@ -94,10 +94,41 @@ typedef enum outbox_result {
    */
   OUTBOX_ERR_TX_FINISHED = 15,
   /**
+   * The database refused the connection or the account, and will until a setting changes:
+   * access denied (1045), unknown database (1049), bad `db.url`. Not retriable.
+   */
+  OUTBOX_ERR_DATABASE_REFUSED = 16,
+  /**
+   * `outbox_tx_begin`: no pool connection became free within `db.pool.wait.ms`. Retriable.
+   */
+  OUTBOX_ERR_POOL_TIMEOUT = 17,
+  /**
    * A bug: the library panicked. The object involved should not be used again (only freed).
    */
   OUTBOX_ERR_PANIC = 99,
 } outbox_result;
+
+/**
+ * Severity of a log record, and the threshold of `outbox_set_log_level`. The values are
+ * stable.
+ */
+typedef enum outbox_log_level {
+  /**
+   * As a threshold: no records at all. Never the level of a record.
+   */
+  OUTBOX_LOG_OFF = 0,
+  OUTBOX_LOG_ERROR = 1,
+  OUTBOX_LOG_WARN = 2,
+  /**
+   * The default threshold: start, stop, state changes; no line per event.
+   */
+  OUTBOX_LOG_INFO = 3,
+  /**
+   * Per-round and per-event detail.
+   */
+  OUTBOX_LOG_DEBUG = 4,
+  OUTBOX_LOG_TRACE = 5,
+} outbox_log_level;
 
 /**
  * The kind of an `outbox_param`, in its `kind` field.
@@ -178,6 +209,19 @@ typedef struct outbox_dead_letter {
  * call `outbox_stop` or `outbox_free` on its own relay.
  */
 typedef void (*outbox_dead_letter_cb)(void *user_data, const struct outbox_dead_letter *letter);
+
+/**
+ * Receives one log record. `target` is the module that logged (`outbox::relay`,
+ * `outbox::store`, `mysql::conn::pool`, ...) and `message` the text, both NUL-terminated UTF-8
+ * valid only during the call. Called on whatever thread logged (relay threads, or the thread
+ * of an `outbox_*` call), possibly on several at once: it must be thread-safe and should be
+ * quick. It must not call `outbox_set_log_callback`; records logged by `outbox_*` calls made
+ * from inside the callback are dropped (no recursion).
+ */
+typedef void (*outbox_log_cb)(enum outbox_log_level level,
+                              const char *target,
+                              const char *message,
+                              void *user_data);
 
 /**
  * One message property of an event.
@@ -334,6 +378,37 @@ void outbox_conf_free(struct outbox_conf *conf);
 enum outbox_result outbox_migrate(const struct outbox_conf *conf, char *errstr, size_t errstr_size);
 
 /**
+ * Routes the library's log records to `cb` (process-wide), or back to the default (one line
+ * per record on stderr) when `cb` is NULL. `user_data` is passed back to every call; it must
+ * stay valid, and be usable from any thread, until the callback is replaced (this call waits
+ * for records being delivered to the old callback, so the old context may be freed once it
+ * returns). Set it before `outbox_start` to see the start-up records. Which records arrive is
+ * decided by `outbox_set_log_level` (default `OUTBOX_LOG_INFO`) and the `log.level` key.
+ * Returns `OUTBOX_ERR_INVALID_ARGUMENT` when called from inside a log callback.
+ *
+ * Thread safety: safe from any thread.
+ */
+enum outbox_result outbox_set_log_callback(outbox_log_cb cb, void *user_data);
+
+/**
+ * Sets the process-wide threshold: records above it (less severe) are not even formatted.
+ * `OUTBOX_LOG_OFF` silences the library. Default `OUTBOX_LOG_INFO`. `level` is an
+ * `outbox_log_level` value passed as an int, so that a value out of range is an error. The configuration key
+ * `log.level`, when set, does the same at `outbox_start`. An unknown value is
+ * `OUTBOX_ERR_INVALID_ARGUMENT`.
+ *
+ * Thread safety: safe from any thread.
+ */
+enum outbox_result outbox_set_log_level(int level);
+
+/**
+ * The process-wide threshold now in force (an `outbox_log_level` value).
+ *
+ * Thread safety: safe from any thread.
+ */
+enum outbox_log_level outbox_get_log_level(void);
+
+/**
  * Starts a relay from `conf`. The conf is consumed whether this succeeds or not: do not use
  * or free it afterwards (even when `out_relay` is NULL). It opens the database pool, checks
  * that the table exists (run `outbox_migrate` first), starts the publisher named by
@@ -388,7 +463,9 @@ void outbox_free(struct outbox_relay *relay);
  * Writes a JSON snapshot of the relay's counters (`sent`, `retried`, `dead_lettered`,
  * `reclaimed`, `in_flight`, `breaker_state`, ...) and, when the database answers, its gauges
  * (`gauges.wait`, `gauges.sending`, `gauges.fail`, `gauges.oldest_wait_age_ms`; else
- * `"gauges": null`) into `buf`, NUL-terminated.
+ * `"gauges": null`) into `buf`, NUL-terminated. `latency` holds the commit → broker-ack times
+ * of the events this relay delivered: `count`, `mean_ms`, `max_ms`, and `p50_ms`/`p99_ms`
+ * (upper bounds of power-of-two buckets; all 0 before the first delivery).
  *
  * Buffer convention (also `outbox_insert_statement`, `outbox_last_error`): `*out_needed`
  * receives the size needed including the NUL, on success and on `OUTBOX_ERR_BUFFER_TOO_SMALL`
@@ -465,8 +542,10 @@ enum outbox_result outbox_validate_event(const struct outbox_relay *relay,
 
 /**
  * Begins a transaction on a connection of the relay's pool (READ COMMITTED, like the relay's
- * own sessions). Blocks while all `db.pool.max` connections are in use, so size the pool for
- * the relay plus your concurrent transactions. `OUTBOX_ERR_STOPPED` after `outbox_stop`.
+ * own sessions). While all `db.pool.max` connections are in use it waits for one, at most
+ * `db.pool.wait.ms` (default 30000; 0 waits forever), then fails with `OUTBOX_ERR_POOL_TIMEOUT`
+ * (retriable): size the pool for the relay plus your concurrent transactions.
+ * `OUTBOX_ERR_STOPPED` after `outbox_stop`.
  * On success `*out_tx` receives the transaction.
  *
  * Thread safety: safe from any thread, concurrently with any call on the same relay except

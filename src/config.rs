@@ -211,6 +211,11 @@ pub struct Config {
     pub metrics_listen: Option<String>,
     /// Keys set with [`Config::set`] (a profile applied later keeps their values).
     pub explicit: ExplicitKeys,
+    /// Process-wide log threshold applied when a relay opens (`log.level`); `None` leaves it.
+    pub log_level: Option<log::LevelFilter>,
+    /// How long `outbox_tx_begin` (and the bindings' `begin`) waits for a free pool connection
+    /// (`db.pool.wait.ms`); `None` waits as long as it takes.
+    pub db_pool_wait: Option<Duration>,
 }
 
 impl Default for Config {
@@ -263,6 +268,8 @@ impl Default for Config {
             retention_round_max: Duration::from_secs(2),
             metrics_listen: None,
             explicit: ExplicitKeys::default(),
+            log_level: None,
+            db_pool_wait: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -323,6 +330,8 @@ keys! {
     "retention.batch.size" => "rows deleted per statement by the retention job",
     "retention.interval.ms" => "delay between retention rounds",
     "retention.round.max.ms" => "longest a retention round runs before it waits for the next one",
+    "log.level" => "off, error, warn, info, debug or trace: the library's log threshold in this process, applied when a relay starts (empty leaves it; the default is info, no line per event)",
+    "db.pool.wait.ms" => "how long a library-owned transaction's begin waits for a free pool connection before failing with a pool timeout (0 waits forever)",
     "metrics.listen" => "outboxd only: host:port of the Prometheus /metrics and /healthz endpoint (empty = off)",
 }
 
@@ -408,7 +417,8 @@ impl Config {
                 if v.is_empty() {
                     return Err(ConfigError::invalid(key, value, "must not be empty"));
                 }
-                mysql::Opts::from_url(v).map_err(|e| ConfigError::invalid(key, redact_url(v), e.to_string()))?;
+                mysql::Opts::from_url(v)
+                    .map_err(|e| ConfigError::invalid(key, redact_url(v), crate::error::describe_url_error(&e)))?;
                 self.db_url = v.to_string();
             }
             "db.pool.max" => self.db_pool_max = int(key, v, 1, 1024)?,
@@ -503,6 +513,28 @@ impl Config {
             "retention.batch.size" => self.retention_batch = int(key, v, 1, 100_000)?,
             "retention.interval.ms" => self.retention_interval = millis(key, v, 10, 86_400_000)?,
             "retention.round.max.ms" => self.retention_round_max = millis(key, v, 10, 3_600_000)?,
+            "log.level" => {
+                self.log_level = if v.is_empty() {
+                    None
+                } else {
+                    Some(choice(
+                        key,
+                        &v.to_ascii_lowercase(),
+                        &[
+                            ("off", log::LevelFilter::Off),
+                            ("error", log::LevelFilter::Error),
+                            ("warn", log::LevelFilter::Warn),
+                            ("info", log::LevelFilter::Info),
+                            ("debug", log::LevelFilter::Debug),
+                            ("trace", log::LevelFilter::Trace),
+                        ],
+                    )?)
+                }
+            }
+            "db.pool.wait.ms" => {
+                let ms: u64 = int(key, v, 0, 86_400_000)?;
+                self.db_pool_wait = (ms > 0).then(|| Duration::from_millis(ms));
+            }
             "metrics.listen" => {
                 self.metrics_listen = if v.is_empty() {
                     None
@@ -592,6 +624,11 @@ impl Config {
             "retention.interval.ms" => ms(&self.retention_interval),
             "retention.round.max.ms" => ms(&self.retention_round_max),
             "metrics.listen" => self.metrics_listen.clone().unwrap_or_default(),
+            "log.level" => self
+                .log_level
+                .map(|l| l.as_str().to_ascii_lowercase())
+                .unwrap_or_default(),
+            "db.pool.wait.ms" => self.db_pool_wait.map(|d| d.as_millis()).unwrap_or(0).to_string(),
             _ => return None,
         })
     }

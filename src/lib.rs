@@ -15,6 +15,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod ffi;
+pub mod latency;
 pub mod migrate;
 pub mod ordering;
 pub mod publisher;
@@ -59,8 +60,17 @@ pub fn publisher_for(config: &Config) -> Result<Option<std::sync::Arc<dyn Publis
 /// Starts a relay whose publisher is chosen by `config.publisher` (what the C ABI, the JNI
 /// binding and `outboxd` use).
 pub fn open(config: Config, dead_letter: Option<DeadLetterHook>) -> Result<Relay> {
+    open_with(config, dead_letter, None)
+}
+
+/// Like [`open`], with a hook called with each event's delivery times (what the bindings'
+/// latency stats are made of).
+pub fn open_with(config: Config, dead_letter: Option<DeadLetterHook>, latency: Option<LatencyHook>) -> Result<Relay> {
     // Check the whole configuration before any broker client is created.
     config.validate()?;
+    if let Some(level) = config.log_level {
+        log::set_max_level(level);
+    }
     let publisher = publisher_for(&config)?;
     let mut b = Relay::builder(config);
     if let Some(p) = publisher {
@@ -68,6 +78,9 @@ pub fn open(config: Config, dead_letter: Option<DeadLetterHook>) -> Result<Relay
     }
     if let Some(h) = dead_letter {
         b = b.dead_letter_hook(move |d| h(d));
+    }
+    if let Some(h) = latency {
+        b = b.latency_hook(move |d| h(d));
     }
     b.start()
 }

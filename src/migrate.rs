@@ -267,7 +267,7 @@ fn apply_pending(conn: &mut mysql::PooledConn, table: &str) -> Result<MigrationR
             conn.query_drop(stmt).map_err(|e| Error::Migration {
                 version: m.version,
                 description: m.description.into(),
-                reason: e.to_string(),
+                reason: crate::error::describe_db(&e),
             })?;
         }
         conn.exec_drop(

@@ -1,6 +1,8 @@
 //! `include/outbox.h` is generated from `src/ffi` by cbindgen and committed; this fails when the
 //! committed header differs from what the code generates. Regenerate it with
-//! `OUTBOX_BLESS_HEADER=1 cargo test --test header`.
+//! `OUTBOX_BLESS_HEADER=1 cargo test --test header`. The Go module carries a copy of it
+//! (`bindings/go/outbox.h`, so that it builds from a vendor directory or the module cache),
+//! checked and regenerated the same way.
 
 use std::path::Path;
 
@@ -19,13 +21,21 @@ fn generate() -> String {
 
 #[test]
 fn committed_header_matches_the_ffi_code() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("include/outbox.h");
+    check(&Path::new(env!("CARGO_MANIFEST_DIR")).join("include/outbox.h"));
+}
+
+#[test]
+fn go_module_copy_of_the_header_matches_the_ffi_code() {
+    check(&Path::new(env!("CARGO_MANIFEST_DIR")).join("bindings/go/outbox.h"));
+}
+
+fn check(path: &Path) {
     let generated = generate();
     if std::env::var_os("OUTBOX_BLESS_HEADER").is_some() {
-        std::fs::write(&path, &generated).expect("write include/outbox.h");
+        std::fs::write(path, &generated).expect("write the header");
         return;
     }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
     if committed != generated {
         let first = committed
             .lines()
@@ -33,9 +43,10 @@ fn committed_header_matches_the_ffi_code() {
             .position(|(a, b)| a != b)
             .unwrap_or_else(|| committed.lines().count().min(generated.lines().count()));
         panic!(
-            "include/outbox.h is out of date with src/ffi (first difference at line {}).\n\
+            "{} is out of date with src/ffi (first difference at line {}).\n\
              Regenerate it with:\n    OUTBOX_BLESS_HEADER=1 cargo test --test header\n\
              then review and commit the header.\n--- committed: {:?}\n+++ generated: {:?}",
+            path.display(),
             first + 1,
             committed.lines().nth(first).unwrap_or("<end of file>"),
             generated.lines().nth(first).unwrap_or("<end of file>"),

@@ -31,6 +31,8 @@ const (
 	CodeTimedOut           Code = C.OUTBOX_ERR_TIMED_OUT
 	CodeBufferTooSmall     Code = C.OUTBOX_ERR_BUFFER_TOO_SMALL
 	CodeTxFinished         Code = C.OUTBOX_ERR_TX_FINISHED
+	CodeDatabaseRefused    Code = C.OUTBOX_ERR_DATABASE_REFUSED
+	CodePoolTimeout        Code = C.OUTBOX_ERR_POOL_TIMEOUT
 	CodePanic              Code = C.OUTBOX_ERR_PANIC
 )
 
@@ -87,7 +89,11 @@ var (
 	ErrBufferTooSmall = &Error{Code: CodeBufferTooSmall}
 	// ErrTxFinished: the transaction was already committed or rolled back.
 	ErrTxFinished = &Error{Code: CodeTxFinished}
-	ErrPanic      = &Error{Code: CodePanic}
+	// ErrDatabaseRefused: access denied, unknown database, bad URL; not retriable.
+	ErrDatabaseRefused = &Error{Code: CodeDatabaseRefused}
+	// ErrPoolTimeout: no pool connection became free within db.pool.wait.ms; retriable.
+	ErrPoolTimeout = &Error{Code: CodePoolTimeout}
+	ErrPanic       = &Error{Code: CodePanic}
 )
 
 // call runs one C call and turns a failure into an *Error carrying the library's message. The

@@ -9,18 +9,19 @@
 //   - your own database/sql transaction: EnqueueTx(ctx, sqlTx, relay, event) inserts the row with
 //     your driver using the library's statement; after sqlTx.Commit() call relay.Notify().
 //
-// Linking: the package links -loutbox and finds outbox.h in ../../include. Point the linker at
-// the built library, e.g.
+// Linking: the package carries its C header (outbox.h, the library's include/outbox.h) and links
+// -loutbox, or liboutbox.a with the build tag outbox_static. Point the linker at the built
+// library, e.g.
 //
-//	CGO_LDFLAGS="-L$LIB -Wl,-rpath,$LIB" go test ./...
+//	CGO_LDFLAGS="-L$LIB -Wl,-rpath,$LIB" go build ./...
+//	CGO_LDFLAGS="-L$LIB" go build -tags outbox_static ./...
 //
-// with LIB the cargo output directory holding liboutbox.so (run-tests.sh does this; the rpath
-// lets the test binary find the library without LD_LIBRARY_PATH).
+// with LIB the cargo output directory holding liboutbox.so / liboutbox.a (the rpath lets the
+// program find the shared library without LD_LIBRARY_PATH).
 package outbox
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../include
-#cgo LDFLAGS: -loutbox
+#cgo CFLAGS: -I${SRCDIR}
 #include <stdlib.h>
 #include <stdint.h>
 #include "outbox.h"
@@ -46,6 +47,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -101,6 +103,20 @@ func newConf(settings map[string]string) (*C.outbox_conf, error) {
 	if conf == nil {
 		return nil, goError(CodePanic, "outbox_conf_new failed")
 	}
+	if u, ok := settings["db.url"]; ok && u != "" && !strings.Contains(u, "://") {
+		// A Go MySQL driver DSN (user:pass@tcp(host:port)/db): the library's spelling derived.
+		converted, err := URLFromDSN(u)
+		if err != nil {
+			C.outbox_conf_free(conf)
+			return nil, err
+		}
+		copied := make(map[string]string, len(settings))
+		for k, v := range settings {
+			copied[k] = v
+		}
+		copied["db.url"] = converted
+		settings = copied
+	}
 	keys := make([]string, 0, len(settings))
 	for k := range settings {
 		keys = append(keys, k)
@@ -144,6 +160,8 @@ func Migrate(cfg Config) error {
 // Relay is a started relay (or, with publisher=none, an enqueue-only instance). Its methods are
 // safe for concurrent use. Stop it, then Close it; Close alone also stops it.
 type Relay struct {
+	// stopped is set by the first Stop: from then on no path enqueues through this relay.
+	stopped  atomic.Bool
 	mu       sync.RWMutex
 	h        *C.outbox_relay
 	dl       cgo.Handle
@@ -206,9 +224,12 @@ func (r *Relay) Notify() error {
 // relay threads, waiting at most until ctx's deadline (DefaultStopTimeout if it has none; the
 // wait cannot be cut short by cancellation alone). It returns an error matching ErrTimedOut when
 // the deadline passed first; a later Stop waits for the threads still running, up to its own
-// deadline. Once they have ended, later calls return nil at once. After it, Notify, Begin and
-// Enqueue fail with ErrStopped; Stats and InsertStatement still work.
+// deadline. Once they have ended, later calls return nil at once. After it, Notify, Begin,
+// BeginTx, Tx.Enqueue and EnqueueTx fail with ErrStopped (as after Close: a stopped relay
+// enqueues nothing, whichever path); Stats and InsertStatement still work. Transactions begun
+// before can still commit or roll back.
 func (r *Relay) Stop(ctx context.Context) error {
+	r.stopped.Store(true)
 	timeout := DefaultStopTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
@@ -262,6 +283,8 @@ type Stats struct {
 	DBErrors       uint64  `json:"db_errors"`
 	InFlight       uint64  `json:"in_flight"`
 	Gauges         *Gauges `json:"gauges"`
+	// Latency of this relay's deliveries, from the row's commit to the broker's ack.
+	Latency Latency `json:"latency"`
 	// Raw is the JSON as the library wrote it (it may hold fields newer than this struct).
 	Raw json.RawMessage `json:"-"`
 }
@@ -272,6 +295,17 @@ type Gauges struct {
 	Sending         uint64 `json:"sending"`
 	Fail            uint64 `json:"fail"`
 	OldestWaitAgeMs uint64 `json:"oldest_wait_age_ms"`
+}
+
+// Latency aggregates commit → broker-ack times. P50Ms and P99Ms are upper bounds (powers of
+// two, in ms) of the histogram buckets holding those percentiles; all zero before the first
+// delivery.
+type Latency struct {
+	Count  uint64  `json:"count"`
+	MeanMs float64 `json:"mean_ms"`
+	MaxMs  float64 `json:"max_ms"`
+	P50Ms  uint64  `json:"p50_ms"`
+	P99Ms  uint64  `json:"p99_ms"`
 }
 
 // readString calls a C function following the library's buffer convention (out_needed, and

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Runs the Go binding's tests (go test, then go test -race) against real MariaDB and the built
-# library.
+# Runs the Go binding's tests (go test, then go test -race; they live in the module tests/, so
+# that the MySQL driver they need is never required by the binding's users) against real MariaDB
+# and the built library, then builds a program using the binding as its users would: from a
+# vendor directory, from the module cache (through a file:// module proxy made here), and linked
+# statically with liboutbox.a (-tags outbox_static) when the library directory has it.
 #
 #   bindings/go/run-tests.sh [go test args...]
 #
@@ -46,10 +49,69 @@ export GOCACHE=${GOCACHE:-$HOME/.cache/outbox/go-build}
 export GOPATH=${GOPATH:-$HOME/.cache/outbox/gopath}
 
 echo "bindings/go: $(go version), library $LIB_DIR/liboutbox.so"
+cmp -s outbox.h ../../include/outbox.h || { echo "bindings/go: outbox.h differs from include/outbox.h (OUTBOX_BLESS_HEADER=1 cargo test --test header)" >&2; exit 1; }
 unformatted=$(gofmt -l .)
 [ -z "$unformatted" ] || { echo "bindings/go: not gofmt-clean: $unformatted" >&2; exit 1; }
 go vet ./...
-go test -count=1 -v "$@" ./...
-if [ "${OUTBOX_GO_RACE:-1}" != 0 ]; then
-    go test -count=1 -race "$@" ./...
+(
+    cd tests
+    go vet ./...
+    go test -count=1 -v "$@" ./...
+    if [ "${OUTBOX_GO_RACE:-1}" != 0 ]; then
+        go test -count=1 -race "$@" ./...
+    fi
+)
+
+# A user's program, built from a vendor directory, from the module cache, and statically.
+here=$(pwd)
+work=$(mktemp -d)
+trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+mkdir -p "$work/app"
+cat >"$work/app/main.go" <<'GO'
+package main
+
+import (
+	"fmt"
+
+	"outbox.local/outbox"
+)
+
+func main() { fmt.Println("outbox", outbox.Version(), outbox.InsertParams()) }
+GO
+printf 'module example.com/app\n\ngo 1.19\n\nrequire outbox.local/outbox v0.1.0\n\nreplace outbox.local/outbox => %s\n' "$here" >"$work/app/go.mod"
+(cd "$work/app" && GOFLAGS=-mod=mod go mod vendor && [ -f vendor/outbox.local/outbox/outbox.h ] \
+    && GOFLAGS=-mod=vendor go build -o app-vendored . && ./app-vendored) \
+    || { echo "bindings/go: building from a vendor directory failed" >&2; exit 1; }
+echo "bindings/go: vendored build ok"
+
+# The module as a proxy serves it (zip of the module's files), then built from the module cache.
+proxy="$work/proxy/outbox.local/outbox/@v"
+mkdir -p "$proxy"
+cp go.mod "$proxy/v0.1.0.mod"
+echo '{"Version":"v0.1.0"}' >"$proxy/v0.1.0.info"
+echo v0.1.0 >"$proxy/list"
+python3 - "$here" "$proxy/v0.1.0.zip" <<'PY'
+import os, sys, zipfile
+root, dest = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(dest, "w") as z:
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if os.path.isfile(path) and not name.endswith(".sh"):
+            z.write(path, "outbox.local/outbox@v0.1.0/" + name)
+PY
+mkdir -p "$work/cached"
+cp "$work/app/main.go" "$work/cached/"
+printf 'module example.com/cached\n\ngo 1.19\n\nrequire outbox.local/outbox v0.1.0\n' >"$work/cached/go.mod"
+(cd "$work/cached" && GOPATH="$work/gopath" GOPROXY="file://$work/proxy" GOFLAGS=-mod=mod GONOSUMDB=outbox.local \
+    go build -o app-cached . && ./app-cached && GOPATH="$work/gopath" go list -m -f '{{.Dir}}' outbox.local/outbox | grep -q "$work/gopath/pkg/mod") \
+    || { echo "bindings/go: building from the module cache failed" >&2; exit 1; }
+echo "bindings/go: module-cache build ok"
+
+if [ -f "$LIB_DIR/liboutbox.a" ]; then
+    (cd "$work/app" && CGO_LDFLAGS="-L$LIB_DIR" GOFLAGS=-mod=vendor go build -tags outbox_static -ldflags=-s -o app-static . \
+        && ! ldd app-static | grep -q liboutbox && env -u LD_LIBRARY_PATH ./app-static \
+        && echo "bindings/go: static build ok ($(du -h app-static | cut -f1), needs: $(ldd app-static | awk '{print $1}' | tr '\n' ' '))") \
+        || { echo "bindings/go: static build failed" >&2; exit 1; }
+else
+    echo "bindings/go: no $LIB_DIR/liboutbox.a; static build not checked"
 fi

@@ -245,9 +245,13 @@ type Result struct {
 	LastInsertID uint64
 }
 
-// Begin begins a library-owned transaction. It blocks while all db.pool.max connections are in
-// use. Fails with ErrStopped after Stop or Close.
+// Begin begins a library-owned transaction. While all db.pool.max connections are in use it
+// waits for one, at most "db.pool.wait.ms" (default 30 s), then fails with ErrPoolTimeout
+// (retriable). Fails with ErrStopped after Stop or Close. BeginTx adds a context.
 func (r *Relay) Begin() (*Tx, error) {
+	if r.stopped.Load() {
+		return nil, goError(CodeStopped, "the relay is stopped (Stop was called)")
+	}
 	var h *C.outbox_tx
 	err := r.with(func(rh *C.outbox_relay) error {
 		return call(func() C.enum_outbox_result { return C.outbox_tx_begin(rh, &h) })
@@ -258,6 +262,38 @@ func (r *Relay) Begin() (*Tx, error) {
 	t := &Tx{h: h}
 	runtime.SetFinalizer(t, (*Tx).release)
 	return t, nil
+}
+
+// BeginTx is Begin bounded by ctx too: it returns ctx.Err() as soon as ctx is done, even while
+// waiting for a pool connection (a connection obtained after that is rolled back and returned to
+// the pool at once).
+func (r *Relay) BeginTx(ctx context.Context) (*Tx, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if ctx.Done() == nil {
+		return r.Begin()
+	}
+	type begun struct {
+		tx  *Tx
+		err error
+	}
+	done := make(chan begun, 1)
+	go func() {
+		tx, err := r.Begin()
+		done <- begun{tx, err}
+	}()
+	select {
+	case b := <-done:
+		return b.tx, b.err
+	case <-ctx.Done():
+		go func() {
+			if b := <-done; b.tx != nil {
+				_ = b.tx.Rollback()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 func (t *Tx) with(f func(h *C.outbox_tx) error) error {
@@ -364,10 +400,14 @@ func (t *Tx) Rollback() error {
 // transaction, with the statement the library provides for the configured table, after
 // validating ev with the library's rules. The row commits or rolls back with tx. After
 // tx.Commit(), call relay.Notify() so the relay dispatches at once instead of at its next scan.
-// It returns the new row's id.
+// It returns the new row's id (the message's eventId). After relay.Stop or relay.Close it fails
+// with ErrStopped and writes nothing, like Tx.Enqueue.
 func EnqueueTx(ctx context.Context, tx *sql.Tx, relay *Relay, ev Event) (int64, error) {
 	if tx == nil || relay == nil {
 		return 0, goError(CodeNullArgument, "EnqueueTx needs a transaction and a relay")
+	}
+	if relay.stopped.Load() {
+		return 0, goError(CodeStopped, "the relay is stopped (Stop was called)")
 	}
 	// One C copy of the event serves the library's validation and its headers encoding.
 	ce, err := newCEvent(ev)

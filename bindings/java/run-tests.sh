@@ -45,6 +45,8 @@ if [ ! -f "$lib" ]; then
 fi
 
 "$here/build.sh"
+# The one-artifact jar (the library inside), for BundledLibraryTest.
+"$here/build.sh" --native "$lib" --out "$out/bundled" >/dev/null
 
 cp_libs="$jars/junit4.jar:$jars/hamcrest-core.jar:$jars/mariadb-java-client.jar"
 rm -rf "$out/test-classes"
@@ -60,5 +62,5 @@ else
 fi
 
 echo "run-tests.sh: library $lib"
-exec java -Xcheck:jni -Djava.library.path="$lib_dir" -cp "$out/outbox.jar:$out/test-classes:$cp_libs" \
+exec java -Xcheck:jni -Djava.library.path="$lib_dir" -Doutbox.test.bundled.jar="$out/bundled/outbox.jar" -cp "$out/outbox.jar:$out/test-classes:$cp_libs" \
     io.outbox.RunAll "${classes[@]}"

@@ -78,6 +78,7 @@ pub(crate) fn hook_for(slot: &HookSlot) -> crate::DeadLetterHook {
 #[no_mangle]
 pub extern "C" fn outbox_conf_new() -> *mut outbox_conf {
     ffi_boundary!(fallback = std::ptr::null_mut(), nonnull() {
+        super::logging::install();
         Box::into_raw(Box::new(outbox_conf {
             config: crate::Config::default(),
             dead_letter: None,

@@ -24,11 +24,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 mod conf;
 mod event;
+pub(crate) mod logging;
+pub(crate) mod owned_tx;
 mod relay;
 mod tx;
 
 pub use conf::*;
 pub use event::*;
+pub use logging::*;
 pub use relay::*;
 pub use tx::*;
 
@@ -69,6 +72,11 @@ pub enum outbox_result {
     OUTBOX_ERR_BUFFER_TOO_SMALL = 14,
     /// The transaction was already committed or rolled back.
     OUTBOX_ERR_TX_FINISHED = 15,
+    /// The database refused the connection or the account, and will until a setting changes:
+    /// access denied (1045), unknown database (1049), bad `db.url`. Not retriable.
+    OUTBOX_ERR_DATABASE_REFUSED = 16,
+    /// `outbox_tx_begin`: no pool connection became free within `db.pool.wait.ms`. Retriable.
+    OUTBOX_ERR_POOL_TIMEOUT = 17,
     /// A bug: the library panicked. The object involved should not be used again (only freed).
     OUTBOX_ERR_PANIC = 99,
 }
@@ -76,7 +84,7 @@ pub enum outbox_result {
 use outbox_result::*;
 
 impl outbox_result {
-    const ALL: [outbox_result; 17] = [
+    const ALL: [outbox_result; 19] = [
         OUTBOX_OK,
         OUTBOX_ERR_NULL_ARGUMENT,
         OUTBOX_ERR_INVALID_UTF8,
@@ -93,6 +101,8 @@ impl outbox_result {
         OUTBOX_ERR_TIMED_OUT,
         OUTBOX_ERR_BUFFER_TOO_SMALL,
         OUTBOX_ERR_TX_FINISHED,
+        OUTBOX_ERR_DATABASE_REFUSED,
+        OUTBOX_ERR_POOL_TIMEOUT,
         OUTBOX_ERR_PANIC,
     ];
 
@@ -119,12 +129,19 @@ impl outbox_result {
             OUTBOX_ERR_TIMED_OUT => c"timed out",
             OUTBOX_ERR_BUFFER_TOO_SMALL => c"output buffer too small",
             OUTBOX_ERR_TX_FINISHED => c"the transaction is already committed or rolled back",
+            OUTBOX_ERR_DATABASE_REFUSED => {
+                c"the database refused the connection (access denied, unknown database, bad URL)"
+            }
+            OUTBOX_ERR_POOL_TIMEOUT => c"no database connection became free in time (retriable)",
             OUTBOX_ERR_PANIC => c"internal error (the library panicked)",
         }
     }
 
     fn is_retriable(self) -> bool {
-        matches!(self, OUTBOX_ERR_DATABASE | OUTBOX_ERR_PUBLISHER)
+        matches!(
+            self,
+            OUTBOX_ERR_DATABASE | OUTBOX_ERR_PUBLISHER | OUTBOX_ERR_POOL_TIMEOUT
+        )
     }
 }
 
@@ -163,12 +180,30 @@ impl From<crate::Error> for Failure {
                 | mysql::DriverError::Params(_),
             )) => OUTBOX_ERR_INVALID_ARGUMENT,
             Error::Db(_) if e.is_retriable() => OUTBOX_ERR_DATABASE,
+            Error::Db(db) if is_refusal(db) => OUTBOX_ERR_DATABASE_REFUSED,
             Error::Db(_) => OUTBOX_ERR_STATEMENT,
+            Error::PoolTimeout { .. } => OUTBOX_ERR_POOL_TIMEOUT,
             Error::Migration { .. } => OUTBOX_ERR_MIGRATION,
             Error::Stopped => OUTBOX_ERR_STOPPED,
             Error::Publisher(_) => OUTBOX_ERR_PUBLISHER,
         };
         Failure::new(code, e.to_string())
+    }
+}
+
+/// A lasting refusal of the connection or the account (not of one statement).
+fn is_refusal(e: &mysql::Error) -> bool {
+    match e {
+        // access denied (db, user, unix socket), host not allowed/blocked, auth protocol, unknown db
+        mysql::Error::MySqlError(me) => matches!(me.code, 1044 | 1045 | 1049 | 1129 | 1130 | 1251 | 1698),
+        mysql::Error::UrlError(_) => true,
+        mysql::Error::DriverError(d) => !matches!(
+            d,
+            mysql::DriverError::MismatchedStmtParams(..)
+                | mysql::DriverError::MixedParams
+                | mysql::DriverError::Params(_)
+        ),
+        _ => false,
     }
 }
 

@@ -17,6 +17,7 @@ pub(crate) struct Shared {
     pub relay: crate::Relay,
     pub stopped: AtomicBool,
     hook: Option<HookSlot>,
+    latency: Arc<crate::latency::LatencyStats>,
 }
 
 impl Shared {
@@ -66,11 +67,17 @@ pub unsafe extern "C" fn outbox_start(
                 return Err(Failure::null("out_relay"));
             }
             let hook = conf.dead_letter.map(|cb| Arc::new(RwLock::new(Some(cb))));
-            let relay = crate::open(conf.config, hook.as_ref().map(hook_for))?;
+            let latency = crate::latency::LatencyStats::new();
+            let relay = crate::open_with(
+                conf.config,
+                hook.as_ref().map(hook_for),
+                Some(crate::latency::LatencyStats::hook(&latency)),
+            )?;
             let shared = Arc::new(Shared {
                 relay,
                 stopped: AtomicBool::new(false),
                 hook,
+                latency,
             });
             *out_relay = Box::into_raw(Box::new(outbox_relay { shared }));
             Ok(())
@@ -149,7 +156,9 @@ pub unsafe extern "C" fn outbox_free(relay: *mut outbox_relay) {
 /// Writes a JSON snapshot of the relay's counters (`sent`, `retried`, `dead_lettered`,
 /// `reclaimed`, `in_flight`, `breaker_state`, ...) and, when the database answers, its gauges
 /// (`gauges.wait`, `gauges.sending`, `gauges.fail`, `gauges.oldest_wait_age_ms`; else
-/// `"gauges": null`) into `buf`, NUL-terminated.
+/// `"gauges": null`) into `buf`, NUL-terminated. `latency` holds the commit → broker-ack times
+/// of the events this relay delivered: `count`, `mean_ms`, `max_ms`, and `p50_ms`/`p99_ms`
+/// (upper bounds of power-of-two buckets; all 0 before the first delivery).
 ///
 /// Buffer convention (also `outbox_insert_statement`, `outbox_last_error`): `*out_needed`
 /// receives the size needed including the NUL, on success and on `OUTBOX_ERR_BUFFER_TOO_SMALL`
@@ -167,7 +176,10 @@ pub unsafe extern "C" fn outbox_stats(
 ) -> outbox_result {
     ffi_boundary!(nonnull(relay, out_needed) {
         let relay = &*relay;
-        let json = relay.shared.relay.stats().to_json();
+        let json = crate::latency::with_latency(
+            &relay.shared.relay.stats().to_json(),
+            &relay.shared.latency.snapshot(),
+        );
         write_string_out(&json, buf, len, out_needed)
     })
 }

@@ -15,7 +15,7 @@ use crate::ffi::outbox_result::{self, *};
 /// freed by `outbox_tx_free` (which rolls back if it was not ended).
 pub struct outbox_tx {
     shared: Arc<Shared>,
-    tx: Option<mysql::Transaction<'static>>,
+    tx: Option<super::owned_tx::OwnedTx>,
 }
 
 // The handle may move between threads (one call at a time).
@@ -26,7 +26,7 @@ const _: () = {
 
 impl outbox_tx {
     fn live(&mut self) -> Result<&mut mysql::Transaction<'static>, Failure> {
-        self.tx.as_mut().ok_or_else(|| {
+        self.tx.as_deref_mut().ok_or_else(|| {
             Failure::new(
                 OUTBOX_ERR_TX_FINISHED,
                 "the transaction was already committed or rolled back",
@@ -36,8 +36,10 @@ impl outbox_tx {
 }
 
 /// Begins a transaction on a connection of the relay's pool (READ COMMITTED, like the relay's
-/// own sessions). Blocks while all `db.pool.max` connections are in use, so size the pool for
-/// the relay plus your concurrent transactions. `OUTBOX_ERR_STOPPED` after `outbox_stop`.
+/// own sessions). While all `db.pool.max` connections are in use it waits for one, at most
+/// `db.pool.wait.ms` (default 30000; 0 waits forever), then fails with `OUTBOX_ERR_POOL_TIMEOUT`
+/// (retriable): size the pool for the relay plus your concurrent transactions.
+/// `OUTBOX_ERR_STOPPED` after `outbox_stop`.
 /// On success `*out_tx` receives the transaction.
 ///
 /// Thread safety: safe from any thread, concurrently with any call on the same relay except
@@ -47,7 +49,7 @@ pub unsafe extern "C" fn outbox_tx_begin(relay: *const outbox_relay, out_tx: *mu
     ffi_boundary!(nonnull(relay, out_tx) {
         let shared = (*relay).shared.clone();
         shared.check_running()?;
-        let tx = shared.relay.pool().start_transaction(mysql::TxOpts::default())?;
+        let tx = super::owned_tx::OwnedTx::begin(shared.relay.pool(), shared.relay.config())?;
         *out_tx = Box::into_raw(Box::new(outbox_tx { shared, tx: Some(tx) }));
         Ok(())
     })

@@ -160,9 +160,9 @@ fn build_and_throw(env: &mut JNIEnv<'_>, failure: &Failure, message: &str) -> ::
                 &[JValue::Object(&field), JValue::Object(&reason), JValue::Object(&msg)],
             )?
         }
-        Failure::Core(e @ Error::Db(db)) => {
-            let (code, state) = match db {
-                mysql::Error::MySqlError(me) => (i32::from(me.code), Some(me.state.clone())),
+        Failure::Core(e @ (Error::Db(_) | Error::PoolTimeout { .. })) => {
+            let (code, state) = match e {
+                Error::Db(mysql::Error::MySqlError(me)) => (i32::from(me.code), Some(me.state.clone())),
                 _ => (0, None),
             };
             let state = match state {

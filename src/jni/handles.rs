@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use mysql::Transaction;
+
+use crate::ffi::owned_tx::OwnedTx;
 use parking_lot::Mutex;
 
 use super::boundary::{Failure, JResult};
@@ -19,6 +21,7 @@ static TXS: LazyLock<Mutex<HashMap<i64, Arc<TxEntry>>>> = LazyLock::new(Default:
 pub(crate) struct RelayEntry {
     pub(crate) relay: Relay,
     pub(crate) dead_letter: Option<DeadLetterHook>,
+    pub(crate) latency: Arc<crate::latency::LatencyStats>,
 }
 
 impl std::ops::Deref for RelayEntry {
@@ -33,16 +36,27 @@ impl std::ops::Deref for RelayEntry {
 struct TxEntry {
     relay: Arc<RelayEntry>,
     /// `None` once committed or rolled back by a concurrent call.
-    tx: Mutex<Option<Transaction<'static>>>,
+    tx: Mutex<Option<OwnedTx>>,
 }
 
 fn next() -> i64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-pub(crate) fn add_relay(relay: Relay, dead_letter: Option<DeadLetterHook>) -> i64 {
+pub(crate) fn add_relay(
+    relay: Relay,
+    dead_letter: Option<DeadLetterHook>,
+    latency: Arc<crate::latency::LatencyStats>,
+) -> i64 {
     let h = next();
-    RELAYS.lock().insert(h, Arc::new(RelayEntry { relay, dead_letter }));
+    RELAYS.lock().insert(
+        h,
+        Arc::new(RelayEntry {
+            relay,
+            dead_letter,
+            latency,
+        }),
+    );
     h
 }
 
@@ -59,7 +73,7 @@ pub(crate) fn remove_relay(handle: i64) -> Option<Arc<RelayEntry>> {
     RELAYS.lock().remove(&handle)
 }
 
-pub(crate) fn add_tx(relay: Arc<RelayEntry>, tx: Transaction<'static>) -> i64 {
+pub(crate) fn add_tx(relay: Arc<RelayEntry>, tx: OwnedTx) -> i64 {
     let h = next();
     TXS.lock().insert(
         h,
@@ -79,12 +93,12 @@ fn finished(handle: i64) -> Failure {
 pub(crate) fn with_tx<T>(handle: i64, f: impl FnOnce(&Relay, &mut Transaction<'static>) -> JResult<T>) -> JResult<T> {
     let entry = TXS.lock().get(&handle).cloned().ok_or_else(|| finished(handle))?;
     let mut guard = entry.tx.lock();
-    let tx = guard.as_mut().ok_or_else(|| finished(handle))?;
+    let tx = guard.as_deref_mut().ok_or_else(|| finished(handle))?;
     f(&entry.relay, tx)
 }
 
 /// Removes `handle` and hands back its transaction to commit or roll back.
-pub(crate) fn take_tx(handle: i64) -> Option<(Arc<RelayEntry>, Transaction<'static>)> {
+pub(crate) fn take_tx(handle: i64) -> Option<(Arc<RelayEntry>, OwnedTx)> {
     let entry = TXS.lock().remove(&handle)?;
     let tx = entry.tx.lock().take()?;
     Some((entry.relay.clone(), tx))

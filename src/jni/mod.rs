@@ -13,6 +13,7 @@
 mod boundary;
 mod dead_letter;
 mod handles;
+mod logging;
 
 use std::ptr::null_mut;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ use boundary::{guard, string_array, Failure, JResult};
 
 /// Version of the contract between `outbox.jar` and this library (the set of native methods
 /// and their signatures). The jar refuses a library with another value.
-pub const JNI_ABI_VERSION: jint = 1;
+pub const JNI_ABI_VERSION: jint = 2;
 
 // ---------------------------------------------------------------------------------------------
 // argument conversion
@@ -244,6 +245,49 @@ pub extern "system" fn Java_io_outbox_Native_abiVersion<'l>(mut env: JNIEnv<'l>,
     guard(&mut env, 0, |_| Ok(JNI_ABI_VERSION))
 }
 
+/// Routes the library's log records to `Native.log` (System.Logger); called once at load.
+#[no_mangle]
+pub extern "system" fn Java_io_outbox_Native_installLogger<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) {
+    guard(&mut env, (), logging::install)
+}
+
+/// Sets the process-wide log threshold (0 off, 1 error ... 5 trace).
+#[no_mangle]
+pub extern "system" fn Java_io_outbox_Native_setLogLevel<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>, level: jint) {
+    guard(&mut env, (), |_| {
+        let filter = match level {
+            0 => log::LevelFilter::Off,
+            1 => log::LevelFilter::Error,
+            2 => log::LevelFilter::Warn,
+            3 => log::LevelFilter::Info,
+            4 => log::LevelFilter::Debug,
+            5 => log::LevelFilter::Trace,
+            _ => return Err(Failure::IllegalArgument(format!("unknown log level {level}"))),
+        };
+        log::set_max_level(filter);
+        Ok(())
+    })
+}
+
+/// Logs one record through the library's logger, from a thread the JVM has never seen (as a
+/// relay thread would): for the binding's tests of the logging path.
+#[no_mangle]
+pub extern "system" fn Java_io_outbox_Native_selfTestLog<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    message: JString<'l>,
+) {
+    guard(&mut env, (), |env| {
+        let message = string(env, &message, "message")?;
+        std::thread::Builder::new()
+            .name("outbox-log-self-test".into())
+            .spawn(move || log::warn!(target: "outbox::self_test", "{message}"))
+            .map_err(|e| Failure::IllegalState(e.to_string()))?
+            .join()
+            .map_err(|_| Failure::IllegalState("the logging thread panicked".into()))
+    })
+}
+
 #[no_mangle]
 pub extern "system" fn Java_io_outbox_Native_version<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jstring {
     guard(&mut env, null_mut(), |env| jstr(env, crate::VERSION))
@@ -430,8 +474,9 @@ pub extern "system" fn Java_io_outbox_Native_start<'l>(
             let listener = Arc::new(dead_letter::JavaListener::new(env, &dead_letter_listener)?);
             Some(Arc::new(move |d: &DeadLetter| listener.deliver(d)))
         };
-        let relay = crate::open(config, hook.clone())?;
-        Ok(handles::add_relay(relay, hook))
+        let latency = crate::latency::LatencyStats::new();
+        let relay = crate::open_with(config, hook.clone(), Some(crate::latency::LatencyStats::hook(&latency)))?;
+        Ok(handles::add_relay(relay, hook, latency))
     })
 }
 
@@ -484,7 +529,10 @@ pub extern "system" fn Java_io_outbox_Native_stats<'l>(
         } else {
             relay.stats()
         };
-        jstr(env, stats.to_json())
+        jstr(
+            env,
+            crate::latency::with_latency(&stats.to_json(), &relay.latency.snapshot()),
+        )
     })
 }
 
@@ -592,7 +640,7 @@ pub extern "system" fn Java_io_outbox_Native_txBegin<'l>(
 ) -> jlong {
     guard(&mut env, 0, |_| {
         let relay = handles::relay(handle)?;
-        let tx = relay.pool().start_transaction(mysql::TxOpts::default())?;
+        let tx = crate::ffi::owned_tx::OwnedTx::begin(relay.pool(), relay.config())?;
         Ok(handles::add_tx(relay, tx))
     })
 }

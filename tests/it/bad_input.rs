@@ -102,6 +102,8 @@ const BAD_VALUES: &[(&str, &[&str])] = &[
     ("retention.batch.size", &["0", "100001", "x"]),
     ("retention.interval.ms", &["9", "86400001", "x"]),
     ("retention.round.max.ms", &["9", "3600001", "x"]),
+    ("log.level", &["loud", "verbose", "3", "warning"]),
+    ("db.pool.wait.ms", &["-1", "86400001", "5s"]),
     (
         "metrics.listen",
         &["localhost:9464", "127.0.0.1", "127.0.0.1:x", ":9464", "127.0.0.1:65536"],
@@ -686,4 +688,35 @@ mod properties {
             }
         }
     }
+}
+
+/// Regression (issue 12 §6b): a wrong password or database name stays wrong; a retry loop around
+/// start must end, so neither is retriable, and both read as words.
+#[test]
+fn access_denied_and_unknown_database_are_not_retriable() {
+    let db = TestDb::new("denied");
+    let host = db.url.split('@').nth(1).expect("a URL with a user");
+    let mut c = Config::new(format!("mysql://outbox_nobody:s3cret@{host}"));
+    c.set("publisher", "none").unwrap();
+    let e = outbox::open(c, None).map(|_| ()).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(&e, Error::Db(mysql::Error::MySqlError(me)) if me.code == 1045),
+        "{e:?}"
+    );
+    assert!(!e.is_retriable(), "access denied is not worth retrying: {msg}");
+    assert!(
+        msg.contains("access denied") && !msg.contains("MySqlError") && !msg.contains("s3cret"),
+        "{msg}"
+    );
+
+    let mut c = Config::new(format!("{}_missing", db.url));
+    c.set("publisher", "none").unwrap();
+    let e = outbox::open(c, None).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(&e, Error::Db(mysql::Error::MySqlError(me)) if me.code == 1049),
+        "{e:?}"
+    );
+    assert!(!e.is_retriable(), "an unknown database is not worth retrying: {e}");
+    assert!(e.to_string().contains("unknown database"), "{e}");
 }

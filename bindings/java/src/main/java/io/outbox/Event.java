@@ -38,7 +38,41 @@ public final class Event {
 
     /** An event whose payload is {@code payload} in UTF-8 (JSON, typically). */
     public static Event of(String bizNo, String eventType, String payload) {
+        // UTF-8 encoding would turn an unpaired surrogate into '?' silently.
+        checkString("payload", payload);
         return of(bizNo, eventType, payload == null ? null : payload.getBytes(StandardCharsets.UTF_8));
+    }
+
+    /**
+     * Refuses text that cannot be stored as UTF-8 faithfully: a string with an unpaired UTF-16
+     * surrogate (e.g. {@code "ORD-\uD800"}) would be stored altered by the driver, as the
+     * library refuses a NUL character. Checked before anything is written.
+     */
+    static void checkText(Event e) {
+        checkString("biz_no", e.bizNo);
+        checkString("event_type", e.eventType);
+        checkString("topic", e.topic);
+        checkString("tag", e.tag);
+        for (Map.Entry<String, String> h : e.headers.entrySet()) {
+            checkString("headers", h.getKey());
+            checkString("headers", h.getValue());
+        }
+    }
+
+    static void checkString(String field, String s) {
+        if (s == null) {
+            return;
+        }
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (Character.isHighSurrogate(c) && i + 1 < s.length() && Character.isLowSurrogate(s.charAt(i + 1))) {
+                i++;
+            } else if (Character.isSurrogate(c)) {
+                String reason = String.format("contains an unpaired UTF-16 surrogate (U+%04X at index %d), which is not "
+                        + "valid Unicode text and cannot be stored as UTF-8", (int) c, i);
+                throw new OutboxInvalidEventException(field, reason, "invalid event: " + field + " " + reason);
+            }
+        }
     }
 
     /** This event sent to {@code topic} instead of the configured default topic. */

@@ -125,6 +125,40 @@ public final class Outbox implements AutoCloseable {
     }
 
     /** Cargo features the library was built with: {@code jni}, and {@code rocketmq} when it can publish. */
+    /**
+     * Sets the native library's log threshold for this process (default {@code INFO}: start,
+     * stop and state changes, no line per event). Records at or above it go to
+     * {@code System.Logger} under {@code outbox.*} names ({@code outbox.relay}, ...), where the
+     * usual backend configuration applies too. The key {@code log.level} does the same at
+     * {@link #start}. {@code OFF} silences the library; {@code ALL} is {@code TRACE}.
+     */
+    public static void setLogLevel(System.Logger.Level level) {
+        java.util.Objects.requireNonNull(level, "level");
+        Native.ensureLoaded();
+        int code;
+        switch (level) {
+            case OFF:
+                code = 0;
+                break;
+            case ERROR:
+                code = 1;
+                break;
+            case WARNING:
+                code = 2;
+                break;
+            case INFO:
+                code = 3;
+                break;
+            case DEBUG:
+                code = 4;
+                break;
+            default:
+                code = 5;
+                break;
+        }
+        Native.setLogLevel(code);
+    }
+
     public static Set<String> features() {
         Native.ensureLoaded();
         return Collections.unmodifiableSet(new LinkedHashSet<>(Arrays.asList(Native.features())));
@@ -140,10 +174,23 @@ public final class Outbox implements AutoCloseable {
         return h;
     }
 
-    /** Wakes the relay after a commit that enqueued events, so they go out now. Cheap, never blocks. */
+    /**
+     * Wakes the relay after a commit that enqueued events, so they go out now. Cheap, never
+     * blocks, never throws: after {@link #close()} (or {@link #stop}) it does nothing, because the
+     * commit it follows has happened and the events are relayed at the next scan of a running
+     * relay.
+     */
     public void notifyCommitted() {
+        // After close (or a racing close) this is a no-op: it runs after a commit that already
+        // happened, and the events are relayed at the next scan of whichever relay runs then.
+        long h = state.handle.get();
+        if (h == 0) {
+            return;
+        }
         try {
-            Native.notifyRelay(handle());
+            Native.notifyRelay(h);
+        } catch (OutboxStoppedException closedMeanwhile) {
+            // Same: harmless after the commit.
         } finally {
             Reference.reachabilityFence(this);
         }

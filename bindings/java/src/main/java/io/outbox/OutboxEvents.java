@@ -67,9 +67,21 @@ public final class OutboxEvents {
         Objects.requireNonNull(table, "table");
         Objects.requireNonNull(event, "event");
         Insert ins = insert(table);
+        Event.checkText(event);
         // Validated by the library's own rules; also gives the headers column's JSON.
         String headers = Native.checkEvent(event.bizNo(), event.eventType(), event.payloadUnsafe(), event.topic(), event.tag(),
                 event.headerKeys(), event.headerValues(), payloadMax);
+        try {
+            if (conn.getAutoCommit()) {
+                // The row would commit alone at once: the business write that follows could fail
+                // and the event would still be published without it.
+                throw new IllegalStateException("enqueue needs a connection in a transaction, but this one is in "
+                        + "autocommit mode, so the event would commit alone: call conn.setAutoCommit(false) first "
+                        + "(Spring: run it inside a @Transactional method); nothing was inserted");
+            }
+        } catch (SQLException e) {
+            throw new OutboxDatabaseException("could not read the connection's autocommit mode", e);
+        }
         try (PreparedStatement ps = conn.prepareStatement(ins.sql, Statement.RETURN_GENERATED_KEYS)) {
             for (int i = 0; i < ins.params.length; i++) {
                 int n = i + 1;

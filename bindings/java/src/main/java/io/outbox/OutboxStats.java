@@ -49,9 +49,59 @@ public final class OutboxStats {
         }
     }
 
+    /**
+     * Commit → broker-ack times of the events this relay delivered (measured by the relay from
+     * the row's commit time to the broker's acknowledgement).
+     */
+    public static final class Latency {
+        private final long count;
+        private final double meanMs;
+        private final double maxMs;
+        private final long p50Ms;
+        private final long p99Ms;
+
+        Latency(Map<String, Object> m) {
+            this.count = num(m, "count");
+            this.meanMs = dbl(m, "mean_ms");
+            this.maxMs = dbl(m, "max_ms");
+            this.p50Ms = num(m, "p50_ms");
+            this.p99Ms = num(m, "p99_ms");
+        }
+
+        /** Deliveries measured (0 before the first). */
+        public long count() {
+            return count;
+        }
+
+        public double meanMillis() {
+            return meanMs;
+        }
+
+        public double maxMillis() {
+            return maxMs;
+        }
+
+        /** Upper bound (a power of two, in ms) of the bucket holding the median. */
+        public long p50Millis() {
+            return p50Ms;
+        }
+
+        /** Upper bound (a power of two, in ms) of the bucket holding the 99th percentile. */
+        public long p99Millis() {
+            return p99Ms;
+        }
+
+        @Override
+        public String toString() {
+            return "Latency{count=" + count + ", meanMs=" + meanMs + ", maxMs=" + maxMs + ", p50Ms<=" + p50Ms + ", p99Ms<="
+                    + p99Ms + "}";
+        }
+    }
+
     private final String json;
     private final Map<String, Object> fields;
     private final Gauges gauges;
+    private final Latency latency;
 
     @SuppressWarnings("unchecked")
     OutboxStats(String json) {
@@ -59,6 +109,18 @@ public final class OutboxStats {
         this.fields = Json.object(json);
         Object g = fields.get("gauges");
         this.gauges = g instanceof Map ? new Gauges((Map<String, Object>) g) : null;
+        Object l = fields.get("latency");
+        this.latency = new Latency(l instanceof Map ? (Map<String, Object>) l : java.util.Collections.emptyMap());
+    }
+
+    private static double dbl(Map<String, Object> m, String name) {
+        Object v = m.get(name);
+        return v instanceof Number ? ((Number) v).doubleValue() : 0.0;
+    }
+
+    /** Commit → broker-ack latency of this relay's deliveries. */
+    public Latency latency() {
+        return latency;
     }
 
     private static long num(Map<String, Object> m, String name) {

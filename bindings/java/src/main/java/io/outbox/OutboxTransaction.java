@@ -100,6 +100,7 @@ public final class OutboxTransaction implements AutoCloseable {
 
     /** Inserts {@code event} in this transaction, validated against the relay's config; returns its id. */
     public long enqueue(Event event) {
+        Event.checkText(event);
         try {
             return Native.txEnqueue(handle(), event.bizNo(), event.eventType(), event.payloadUnsafe(), event.topic(), event.tag(),
                     event.headerKeys(), event.headerValues());

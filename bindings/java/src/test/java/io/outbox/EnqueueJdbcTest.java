@@ -89,11 +89,13 @@ public class EnqueueJdbcTest {
     }
 
     @Test
-    public void autocommit_connection_inserts_at_once() throws Exception {
+    public void autocommit_connection_is_refused_and_inserts_nothing() throws Exception {
         try (Connection c = db.connect()) {
-            long id = OutboxEvents.enqueue(c, Event.of("ORD-auto", "ORDER_PAID", new byte[] {1, 2, 3}));
-            assertEquals("WAIT", db.status(id));
+            IllegalStateException e = assertThrows(IllegalStateException.class,
+                    () -> OutboxEvents.enqueue(c, Event.of("ORD-auto", "ORDER_PAID", new byte[] {1, 2, 3})));
+            assertTrue(e.getMessage(), e.getMessage().contains("setAutoCommit(false)"));
         }
+        assertEquals(0, db.count("biz_no = 'ORD-auto'"));
     }
 
     @Test
@@ -129,17 +131,20 @@ public class EnqueueJdbcTest {
     @Test
     public void payload_over_the_relay_limit_is_refused_by_the_relay_path() throws Exception {
         try (Outbox outbox = Outbox.start(db.config().set("payload.max.bytes", 8)); Connection c = db.connect()) {
+            c.setAutoCommit(false);
             OutboxInvalidEventException e = assertThrows(OutboxInvalidEventException.class,
                     () -> outbox.enqueue(c, Event.of("ORD-big", "T", "123456789")));
             assertEquals("payload", e.field());
             assertTrue(e.getMessage(), e.getMessage().contains("payload.max.bytes = 8"));
             assertTrue(outbox.enqueue(c, Event.of("ORD-small", "T", "12345678")) > 0);
+            c.commit();
         }
     }
 
     @Test
     public void database_error_from_the_host_driver_is_a_database_exception() throws Exception {
         try (Connection c = db.connect()) {
+            c.setAutoCommit(false);
             OutboxDatabaseException e = assertThrows(OutboxDatabaseException.class,
                     () -> OutboxEvents.enqueue(c, "no_such_table", Event.of("ORD-z", "T", "{}")));
             assertEquals(1146, e.errorCode());

@@ -1,0 +1,10 @@
+//go:build outbox_static
+
+package outbox
+
+// With -tags outbox_static the library is linked into the program: liboutbox.a (found through
+// CGO_LDFLAGS="-L<dir>") and the system libraries it needs. The program then needs only libc,
+// libm, libgcc_s (and libz with the rocketmq feature) at run time.
+
+// #cgo LDFLAGS: -l:liboutbox.a -lm -ldl -lpthread -lgcc_s
+import "C"

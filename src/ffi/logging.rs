@@ -1,0 +1,319 @@
+//! Host logging: the core's `log` records, routed to the host (a C callback, the JVM's
+//! `System.Logger`, Go's `log/slog`) instead of nowhere.
+//!
+//! The library installs its own `log` logger the first time a host entry point needs it
+//! (`outbox_conf_new`, `outbox_set_log_callback`, `outbox_set_log_level`, the Java and Go
+//! bindings at load). A Rust program that installed a logger of its own keeps it: the records go
+//! there and the callback is never called.
+//!
+//! Default: each record at INFO or above is written to stderr as one line
+//! `outbox <LEVEL> <target>: <message>`. INFO carries start/stop and state changes (breaker,
+//! database reachable again), never a line per event; per-event lines are DEBUG and TRACE.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::io::Write;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Once};
+
+use parking_lot::RwLock;
+
+use super::conf::UserData;
+use super::{ffi_boundary, Failure};
+use crate::ffi::outbox_result;
+
+/// Severity of a log record, and the threshold of `outbox_set_log_level`. The values are
+/// stable.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum outbox_log_level {
+    /// As a threshold: no records at all. Never the level of a record.
+    OUTBOX_LOG_OFF = 0,
+    OUTBOX_LOG_ERROR = 1,
+    OUTBOX_LOG_WARN = 2,
+    /// The default threshold: start, stop, state changes; no line per event.
+    OUTBOX_LOG_INFO = 3,
+    /// Per-round and per-event detail.
+    OUTBOX_LOG_DEBUG = 4,
+    OUTBOX_LOG_TRACE = 5,
+}
+
+use outbox_log_level::*;
+
+impl outbox_log_level {
+    fn from_level(l: log::Level) -> outbox_log_level {
+        match l {
+            log::Level::Error => OUTBOX_LOG_ERROR,
+            log::Level::Warn => OUTBOX_LOG_WARN,
+            log::Level::Info => OUTBOX_LOG_INFO,
+            log::Level::Debug => OUTBOX_LOG_DEBUG,
+            log::Level::Trace => OUTBOX_LOG_TRACE,
+        }
+    }
+
+    fn from_code(code: c_int) -> Option<log::LevelFilter> {
+        Some(match code {
+            0 => log::LevelFilter::Off,
+            1 => log::LevelFilter::Error,
+            2 => log::LevelFilter::Warn,
+            3 => log::LevelFilter::Info,
+            4 => log::LevelFilter::Debug,
+            5 => log::LevelFilter::Trace,
+            _ => return None,
+        })
+    }
+}
+
+/// Receives one log record. `target` is the module that logged (`outbox::relay`,
+/// `outbox::store`, `mysql::conn::pool`, ...) and `message` the text, both NUL-terminated UTF-8
+/// valid only during the call. Called on whatever thread logged (relay threads, or the thread
+/// of an `outbox_*` call), possibly on several at once: it must be thread-safe and should be
+/// quick. It must not call `outbox_set_log_callback`; records logged by `outbox_*` calls made
+/// from inside the callback are dropped (no recursion).
+pub type outbox_log_cb = Option<
+    unsafe extern "C" fn(
+        level: outbox_log_level,
+        target: *const c_char,
+        message: *const c_char,
+        user_data: *mut c_void,
+    ),
+>;
+
+type LogFn = unsafe extern "C" fn(outbox_log_level, *const c_char, *const c_char, *mut c_void);
+
+/// A binding's own delivery of one record: level, target, message.
+pub(crate) type HostLogFn = Arc<dyn Fn(log::Level, &str, &str) + Send + Sync>;
+
+/// Where records go.
+pub(crate) enum Sink {
+    /// One line per record on stderr (the default).
+    Stderr,
+    /// A host's C callback.
+    Callback(LogFn, UserData),
+    /// A binding's own delivery (the JVM).
+    Host(HostLogFn),
+}
+
+static SINK: RwLock<Sink> = parking_lot::const_rwlock(Sink::Stderr);
+
+thread_local! {
+    /// Set while this thread delivers a record: records logged meanwhile are dropped.
+    static DELIVERING: Cell<bool> = const { Cell::new(false) };
+}
+
+struct HostLogger;
+
+static LOGGER: HostLogger = HostLogger;
+
+impl log::Log for HostLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !self.enabled(record.metadata()) || DELIVERING.with(Cell::get) {
+            return;
+        }
+        DELIVERING.with(|d| d.set(true));
+        // Nothing a host's logger does may unwind into the relay's threads.
+        let _ = catch_unwind(AssertUnwindSafe(|| deliver(record)));
+        DELIVERING.with(|d| d.set(false));
+    }
+
+    fn flush(&self) {}
+}
+
+fn deliver(record: &log::Record<'_>) {
+    let message = record.args().to_string();
+    let sink = SINK.read_recursive();
+    match &*sink {
+        Sink::Stderr => write_stderr(record.level(), record.target(), &message),
+        Sink::Callback(cb, ud) => {
+            let c = |s: &str| CString::new(s.replace('\0', "\u{FFFD}")).unwrap_or_default();
+            let (target, message) = (c(record.target()), c(&message));
+            // SAFETY: the host set this callback and context for exactly these calls.
+            unsafe {
+                cb(
+                    outbox_log_level::from_level(record.level()),
+                    target.as_ptr(),
+                    message.as_ptr(),
+                    ud.0,
+                )
+            };
+        }
+        Sink::Host(f) => f(record.level(), record.target(), &message),
+    }
+}
+
+/// The default sink, and the fallback of bindings that cannot deliver a record.
+pub(crate) fn write_stderr(level: log::Level, target: &str, message: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "outbox {level:<5} {target}: {message}");
+}
+
+/// Installs the library's logger (once) with the default threshold INFO, unless the process
+/// already has a `log` logger.
+pub(crate) fn install() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if log::set_logger(&LOGGER).is_ok() {
+            log::set_max_level(log::LevelFilter::Info);
+        }
+    });
+}
+
+/// Replaces the sink; waits for records being delivered to the old one.
+pub(crate) fn set_sink(sink: Sink) -> Result<(), Failure> {
+    if DELIVERING.with(Cell::get) {
+        return Err(Failure::new(
+            outbox_result::OUTBOX_ERR_INVALID_ARGUMENT,
+            "the log callback cannot be changed from inside a log callback",
+        ));
+    }
+    install();
+    *SINK.write() = sink;
+    Ok(())
+}
+
+/// Routes the library's log records to `cb` (process-wide), or back to the default (one line
+/// per record on stderr) when `cb` is NULL. `user_data` is passed back to every call; it must
+/// stay valid, and be usable from any thread, until the callback is replaced (this call waits
+/// for records being delivered to the old callback, so the old context may be freed once it
+/// returns). Set it before `outbox_start` to see the start-up records. Which records arrive is
+/// decided by `outbox_set_log_level` (default `OUTBOX_LOG_INFO`) and the `log.level` key.
+/// Returns `OUTBOX_ERR_INVALID_ARGUMENT` when called from inside a log callback.
+///
+/// Thread safety: safe from any thread.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_set_log_callback(cb: outbox_log_cb, user_data: *mut c_void) -> outbox_result {
+    ffi_boundary!(nonnull() {
+        set_sink(match cb {
+            Some(cb) => Sink::Callback(cb, UserData(user_data)),
+            None => Sink::Stderr,
+        })
+    })
+}
+
+/// Sets the process-wide threshold: records above it (less severe) are not even formatted.
+/// `OUTBOX_LOG_OFF` silences the library. Default `OUTBOX_LOG_INFO`. `level` is an
+/// `outbox_log_level` value passed as an int, so that a value out of range is an error. The configuration key
+/// `log.level`, when set, does the same at `outbox_start`. An unknown value is
+/// `OUTBOX_ERR_INVALID_ARGUMENT`.
+///
+/// Thread safety: safe from any thread.
+#[no_mangle]
+pub extern "C" fn outbox_set_log_level(level: c_int) -> outbox_result {
+    ffi_boundary!(nonnull() {
+        let filter = outbox_log_level::from_code(level).ok_or_else(|| {
+            Failure::new(
+                outbox_result::OUTBOX_ERR_INVALID_ARGUMENT,
+                format!("unknown log level {level} (0 = off ... 5 = trace)"),
+            )
+        })?;
+        install();
+        log::set_max_level(filter);
+        Ok(())
+    })
+}
+
+/// The process-wide threshold now in force (an `outbox_log_level` value).
+///
+/// Thread safety: safe from any thread.
+#[no_mangle]
+pub extern "C" fn outbox_get_log_level() -> outbox_log_level {
+    ffi_boundary!(fallback = OUTBOX_LOG_INFO, nonnull() {
+        match log::max_level() {
+            log::LevelFilter::Off => OUTBOX_LOG_OFF,
+            log::LevelFilter::Error => OUTBOX_LOG_ERROR,
+            log::LevelFilter::Warn => OUTBOX_LOG_WARN,
+            log::LevelFilter::Info => OUTBOX_LOG_INFO,
+            log::LevelFilter::Debug => OUTBOX_LOG_DEBUG,
+            log::LevelFilter::Trace => OUTBOX_LOG_TRACE,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parking_lot::Mutex;
+
+    static SEEN: Mutex<Vec<(outbox_log_level, String, String)>> = parking_lot::const_mutex(Vec::new());
+
+    unsafe extern "C" fn keep(level: outbox_log_level, target: *const c_char, message: *const c_char, _: *mut c_void) {
+        let s = |p: *const c_char| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+        SEEN.lock().push((level, s(target), s(message)));
+    }
+
+    #[test]
+    fn records_reach_the_callback_and_a_panicking_host_sink_is_contained() {
+        // One test owns the process-wide logger state (the lib tests install no other logger).
+        assert_eq!(
+            unsafe { outbox_set_log_callback(Some(keep), std::ptr::null_mut()) },
+            outbox_result::OUTBOX_OK
+        );
+        log::warn!(target: "outbox::test", "careful: {}", 1);
+        log::debug!(target: "outbox::test", "below the default threshold");
+        let seen = SEEN.lock().clone();
+        assert!(
+            seen.contains(&(OUTBOX_LOG_WARN, "outbox::test".into(), "careful: 1".into())),
+            "{seen:?}"
+        );
+        assert!(
+            !seen.iter().any(|(_, _, m)| m.contains("below the default")),
+            "{seen:?}"
+        );
+
+        set_sink(Sink::Host(Arc::new(|_, _, _| panic!("a host logger that panics")))).unwrap();
+        log::error!(target: "outbox::test", "into a panicking sink");
+        // The thread goes on and later records are delivered.
+        assert_eq!(
+            unsafe { outbox_set_log_callback(Some(keep), std::ptr::null_mut()) },
+            outbox_result::OUTBOX_OK
+        );
+        log::error!(target: "outbox::test", "after the panic");
+        assert!(SEEN
+            .lock()
+            .iter()
+            .any(|(l, _, m)| *l == OUTBOX_LOG_ERROR && m == "after the panic"));
+
+        assert_eq!(outbox_set_log_level(9), outbox_result::OUTBOX_ERR_INVALID_ARGUMENT);
+        assert_eq!(
+            unsafe { outbox_set_log_callback(None, std::ptr::null_mut()) },
+            outbox_result::OUTBOX_OK
+        );
+    }
+
+    unsafe extern "C" fn discard(_: outbox_log_level, _: *const c_char, _: *const c_char, _: *mut c_void) {}
+
+    /// The figures in the bindings' READMEs: `cargo test --release --lib logging_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn logging_cost() {
+        use std::hint::black_box;
+        use std::time::Instant;
+        assert_eq!(
+            unsafe { outbox_set_log_callback(Some(discard), std::ptr::null_mut()) },
+            outbox_result::OUTBOX_OK
+        );
+        log::set_max_level(log::LevelFilter::Info);
+        let n = 20_000_000u64;
+        let t = Instant::now();
+        for i in 0..n {
+            log::debug!(target: "outbox::relay", "event {} acked by the broker", black_box(i));
+        }
+        let disabled = t.elapsed().as_nanos() as f64 / n as f64;
+        log::set_max_level(log::LevelFilter::Debug);
+        let m = 1_000_000u64;
+        let t = Instant::now();
+        for i in 0..m {
+            log::debug!(target: "outbox::relay", "event {} acked by the broker", black_box(i));
+        }
+        let delivered = t.elapsed().as_nanos() as f64 / m as f64;
+        log::set_max_level(log::LevelFilter::Info);
+        assert_eq!(
+            unsafe { outbox_set_log_callback(None, std::ptr::null_mut()) },
+            outbox_result::OUTBOX_OK
+        );
+        println!("a record below the threshold: {disabled:.2} ns; a record delivered to a C callback that discards it: {delivered:.0} ns");
+    }
+}
