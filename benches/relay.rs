@@ -2,7 +2,11 @@
 //! every compared configuration in the same run, side by side with the raw ceilings and the
 //! seed's algorithm.
 //!
-//! `cargo bench --features rocketmq --bench relay [-- --quick | --big]`
+//! `cargo bench --features rocketmq --bench relay [-- --quick | --big | --ordered]`
+//!
+//! `--ordered` runs only the per-key ordering comparison: the unordered drain, the ordered drain
+//! with 20 hot keys and with 100 000 keys, commit-to-ack latency both ways, and the rows an
+//! ordered claim round reads with 10 and 10 000 waiting events per key.
 //!
 //! Prints a table and writes `target/bench/results.csv` and `target/bench/throughput.svg`.
 
@@ -127,13 +131,19 @@ impl Db {
 
     /// `n` due WAIT rows with ~200-byte JSON payloads, inserted in bulk (not measured).
     fn seed(&self, n: u64, status: &str) {
+        self.seed_keyed(n, status, "CONCAT('ORD-', {done} + seq)")
+    }
+
+    /// [`Db::seed`] with the biz_no given by `key_sql` (`{done}` is the rows inserted before).
+    fn seed_keyed(&self, n: u64, status: &str, key_sql: &str) {
         let mut c = self.pool.get_conn().unwrap();
         let mut done = 0;
         while done < n {
             let k = (n - done).min(1_000_000);
+            let key = key_sql.replace("{done}", &done.to_string());
             c.query_drop(format!(
                 "INSERT INTO t_event_record (biz_no, event_type, payload, status) \
-                 SELECT CONCAT('ORD-', {done} + seq), 'ORDER_CREATED', \
+                 SELECT {key}, 'ORDER_CREATED', \
                  CONCAT('{{\"order\":\"ORD-', {done} + seq, '\",\"amount_cents\":', seq, ',\"note\":\"', REPEAT('x', 140), '\"}}'), '{status}' \
                  FROM seq_1_to_{k}"
             ))
@@ -327,6 +337,40 @@ fn drain(name: &str, tag: &str, n: u64, instances: usize, tune: impl Fn(&mut Con
 
 /// [`drain`], through the broker or (`broker = false`) through [`NoBroker`].
 fn drain_with(name: &str, tag: &str, n: u64, instances: usize, tune: impl Fn(&mut Config), broker: bool) -> Row {
+    drain_seeded(name, tag, n, instances, tune, broker, |db| db.seed(n, "WAIT"))
+}
+
+/// An ordered drain (`ordering = per-biz-no`) of `n` events over `keys` keys: `hot` spreads them
+/// evenly (key = row number modulo keys, interleaved as concurrent orders would be), else each
+/// row picks a key at random (about n / keys per key, some more, some fewer).
+fn drain_ordered(name: &str, tag: &str, n: u64, keys: u64, hot: bool) -> Row {
+    let key_sql = if hot {
+        format!("CONCAT('KEY-', seq % {keys})")
+    } else {
+        format!("CONCAT('KEY-', FLOOR(RAND({{done}} + seq) * {keys}))")
+    };
+    let mut row = drain_seeded(
+        name,
+        tag,
+        n,
+        1,
+        |c| c.ordering = outbox::config::Ordering::PerBizNo,
+        true,
+        |db| db.seed_keyed(n, "WAIT", &key_sql),
+    );
+    row.group = "ordered";
+    row
+}
+
+fn drain_seeded(
+    name: &str,
+    tag: &str,
+    n: u64,
+    instances: usize,
+    tune: impl Fn(&mut Config),
+    broker: bool,
+    seed: impl FnOnce(&Db),
+) -> Row {
     let db = Db::fresh(tag);
     let t = topic(tag);
     let mut cfg = base_config(&db, &t);
@@ -335,7 +379,7 @@ fn drain_with(name: &str, tag: &str, n: u64, instances: usize, tune: impl Fn(&mu
         let p = RocketMqPublisher::start(&cfg).unwrap();
         warm_topic(&p, &t);
     }
-    db.seed(n, "WAIT");
+    seed(&db);
     reset_peak_rss();
     let before = db_counters(&db.pool);
     let cpu0 = cpu_seconds();
@@ -417,10 +461,35 @@ fn seed_defaults(secs: u64) -> Row {
 /// Commit-to-ack latency at a fixed offered load, with the fast path (notify after commit) or
 /// without it (the scan alone).
 fn latency(rate: u64, secs: u64, fast_path: bool) -> Row {
-    let tag = if fast_path { "lat_fast" } else { "lat_scan" };
+    latency_with(rate, secs, fast_path, None)
+}
+
+/// How the events of the ordered latency runs share keys.
+#[derive(Clone, Copy)]
+enum KeyShape {
+    /// Each writer cycles over 100 keys: a key's events come 100 commits apart (0.4 s at
+    /// 1 000/s over 4 writers), like an order's created, paid, shipped.
+    Spread,
+    /// Each key gets 4 events back to back (4 ms apart at 1 000/s): every event but the first
+    /// waits for the one before it to be acked.
+    Burst,
+}
+
+/// [`latency`]; `ordered`: `ordering = per-biz-no` with keys shared as [`KeyShape`] says.
+fn latency_with(rate: u64, secs: u64, fast_path: bool, ordered: Option<KeyShape>) -> Row {
+    let tag = match (fast_path, ordered) {
+        (true, None) => "lat_fast",
+        (false, None) => "lat_scan",
+        (true, Some(KeyShape::Spread)) => "lat_fast_ord_spread",
+        (true, Some(KeyShape::Burst)) => "lat_fast_ord_burst",
+        (false, Some(_)) => "lat_scan_ordered",
+    };
     let db = Db::fresh(tag);
     let t = topic(tag);
-    let cfg = base_config(&db, &t);
+    let mut cfg = base_config(&db, &t);
+    if ordered.is_some() {
+        cfg.ordering = outbox::config::Ordering::PerBizNo;
+    }
     {
         let p = RocketMqPublisher::start(&cfg).unwrap();
         warm_topic(&p, &t);
@@ -447,7 +516,15 @@ fn latency(rate: u64, secs: u64, fast_path: bool) -> Row {
                     relays[0]
                         .enqueue_in_tx(
                             &mut tx,
-                            &NewEvent::new(format!("ORD-{w}-{i}"), "ORDER_CREATED", dummy("T", i).payload),
+                            &NewEvent::new(
+                                match ordered {
+                                    None => format!("ORD-{w}-{i}"),
+                                    Some(KeyShape::Spread) => format!("ORD-{w}-{}", i % 100),
+                                    Some(KeyShape::Burst) => format!("ORD-{w}-{}", i / 4),
+                                },
+                                "ORDER_CREATED",
+                                dummy("T", i).payload,
+                            ),
                         )
                         .unwrap();
                     if fast_path {
@@ -476,11 +553,16 @@ fn latency(rate: u64, secs: u64, fast_path: bool) -> Row {
     to_success.sort_unstable();
     Row {
         name: format!(
-            "latency @ {rate}/s, {}",
+            "latency @ {rate}/s, {}{}",
             if fast_path {
                 "fast path (notify)"
             } else {
                 "scan only (1 s)"
+            },
+            match ordered {
+                None => "",
+                Some(KeyShape::Spread) => ", ordered, a key's events 0.4 s apart",
+                Some(KeyShape::Burst) => ", ordered, 4 events per key back to back",
             }
         ),
         group: "latency",
@@ -592,6 +674,39 @@ fn scan_rows_examined(sizes: &[u64]) -> Vec<(u64, u64, String)> {
         ));
     }
     out
+}
+
+/// Rows one ordered claim round reads (every `Handler_read_%`), with 20 keys and `per_key`
+/// waiting events each: the first round (100 candidates, all claimable) and the next (all
+/// blocked behind the runs in flight).
+fn ordered_rows_read(per_key: u64) -> (u64, u64) {
+    let db = Db::fresh(&format!("ordrows_{per_key}"));
+    db.seed_keyed(20 * per_key, "WAIT", "CONCAT('KEY-', seq % 20)");
+    let mut c = db.pool.get_conn().unwrap();
+    c.query_drop("ANALYZE TABLE t_event_record").unwrap();
+    let mut cfg = base_config(&db, "T");
+    cfg.ordering = outbox::config::Ordering::PerBizNo;
+    let opts = mysql::OptsBuilder::from_opts(Opts::from_url(&db.url).unwrap()).pool_opts(
+        mysql::PoolOpts::default()
+            .with_constraints(mysql::PoolConstraints::new(1, 1).unwrap())
+            .with_reset_connection(false),
+    );
+    let store = outbox::store::Store::new(Pool::new(opts).unwrap(), &cfg, "bench-ordrows".into());
+    let reads = |store: &outbox::store::Store| -> u64 {
+        let rows: Vec<(String, String)> = store
+            .pool()
+            .get_conn()
+            .unwrap()
+            .query("SHOW SESSION STATUS LIKE 'Handler_read%'")
+            .unwrap();
+        rows.iter().filter_map(|(_, v)| v.parse::<u64>().ok()).sum()
+    };
+    let r0 = reads(&store);
+    store.claim_ordered(100, 128).unwrap();
+    let r1 = reads(&store);
+    store.claim_ordered(100, 128).unwrap();
+    let r2 = reads(&store);
+    (r1 - r0, r2 - r1)
 }
 
 /// Drains a large backlog while sampling RSS: memory must stay flat.
@@ -723,6 +838,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let big = args.iter().any(|a| a == "--big");
+    let only_ordered = args.iter().any(|a| a == "--ordered");
     let n: u64 = if quick { 20_000 } else { 60_000 };
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).try_init();
     let mut rows = Vec::new();
@@ -730,6 +846,86 @@ fn main() {
         eprintln!("  {:<48} {:>9.0} events/s {}", r.name, r.eps, r.note);
         rows.push(r);
     };
+    // Per-key ordering against the unordered drain of the same run.
+    let ordered_rows = {
+        eprintln!("per-key ordering");
+        let defaults = Config::default();
+        run(drain(
+            &format!(
+                "defaults (skip-locked, batch {}, {} workers)",
+                defaults.batch_size, defaults.workers
+            ),
+            "defaults",
+            n,
+            1,
+            |_| {},
+        ));
+        run(drain_ordered(
+            &format!("ordered: 20 hot keys x {}", n / 20),
+            "ord_hot",
+            n,
+            20,
+            true,
+        ));
+        let many = if quick { 50_000 } else { 100_000 };
+        run(drain_ordered(
+            &format!("ordered: {many} keys x ~2 (random)"),
+            "ord_many",
+            many * 2,
+            many,
+            false,
+        ));
+        run(latency_with(1000, if quick { 5 } else { 10 }, true, None));
+        run(latency_with(
+            1000,
+            if quick { 5 } else { 10 },
+            true,
+            Some(KeyShape::Spread),
+        ));
+        run(latency_with(
+            1000,
+            if quick { 5 } else { 10 },
+            true,
+            Some(KeyShape::Burst),
+        ));
+        [10, 10_000].map(|per_key| (per_key, ordered_rows_read(per_key)))
+    };
+    let print_ordered = |rows: &[Row]| {
+        println!("\nordered claim round, rows read (Handler_read_*), 20 keys, 100 candidates:");
+        for (per_key, (first, second)) in &ordered_rows {
+            println!(
+                "  {per_key:>6} waiting per key: {first:>5} rows (round that claims 100), {second:>5} rows (next round, blocked by the runs in flight)"
+            );
+        }
+        let eps = |name: &str| rows.iter().find(|r| r.name.starts_with(name)).map(|r| r.eps);
+        if let Some(unordered) = eps("defaults (skip-locked") {
+            for r in rows.iter().filter(|r| r.group == "ordered") {
+                println!(
+                    "  {:<40} = {:>4.0}% of the unordered drain",
+                    r.name,
+                    r.eps / unordered * 100.0
+                );
+            }
+        }
+        let p99 = |name: &str| rows.iter().find(|r| r.name == name).and_then(|r| r.p99_ms);
+        if let Some(u) = p99("latency @ 1000/s, fast path (notify)") {
+            let prefix = "latency @ 1000/s, fast path (notify), ";
+            for r in rows.iter().filter(|r| r.name.starts_with(prefix)) {
+                if let Some(o) = r.p99_ms {
+                    println!(
+                        "  commit -> ack p99 at 1000/s: unordered {u:.1} ms, {} {o:.1} ms ({:.2}x)",
+                        &r.name[prefix.len()..],
+                        o / u
+                    );
+                }
+            }
+        }
+    };
+    if only_ordered {
+        print_table(&rows);
+        print_ordered(&rows);
+        return;
+    }
     eprintln!("ceilings");
     let defaults = Config::default();
     run(ceiling_broker(
@@ -777,16 +973,6 @@ fn main() {
     ));
     run(seed_defaults(if quick { 10 } else { 20 }));
     eprintln!("this project");
-    run(drain(
-        &format!(
-            "defaults (skip-locked, batch {}, {} workers)",
-            defaults.batch_size, defaults.workers
-        ),
-        "defaults",
-        n,
-        1,
-        |_| {},
-    ));
     for batch in [20usize, 100, 500] {
         for workers in [1usize, 4, 8] {
             if quick && workers == 8 {
@@ -833,6 +1019,7 @@ fn main() {
     let scan = scan_rows_examined(&sizes);
 
     print_table(&rows);
+    print_ordered(&rows);
     println!("\nscan rows read (Handler_read_*) with 100 due WAIT rows, batch 100:");
     for (size, reads, plan) in &scan {
         println!("  {size:>10} SUCCESS rows in the table: {reads:>5} rows read, plan {plan}");

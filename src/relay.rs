@@ -954,6 +954,11 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, bro
     if let Some(t) = transition {
         log_breaker(inner, t, unavailable.first().map(|(_, e)| e.message.as_str()));
     }
+    // An unknown outcome may have been stored by the broker: each such row may arrive twice,
+    // and each also used an attempt (retry or dead letter below).
+    if timeouts > 0 {
+        Counters::add(&inner.counters.possible_duplicates, timeouts as u64);
+    }
     let lease_end = lease_end(inner, chunk);
     let token = chunk.token;
     if !acks.is_empty() {

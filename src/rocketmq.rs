@@ -1059,6 +1059,40 @@ pub fn describe(e: &ClientError) -> String {
     s
 }
 
+/// Whether a failed request provably never left this process: the connection was refused or
+/// could not be made, or the transport failed in a phase before anything was written (connect,
+/// endpoint validation, before the write). Anything else may have reached the broker.
+fn never_left(e: &ClientError) -> bool {
+    let shared = e.clone().into_shared_error();
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(shared.as_ref());
+    while let Some(err) = current {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable
+            ) {
+                return true;
+            }
+        }
+        if let Some(canonical) = err.downcast_ref::<rocketmq_error::Error>() {
+            if let Ok(view) = canonical.diagnostic_view() {
+                let before_write = view.fields().any(|f| {
+                    f.name() == "phase"
+                        && matches!(
+                            f.value(),
+                            rocketmq_error::ViewValueRef::Text("connect" | "endpoint_validation" | "before_write")
+                        )
+                });
+                if before_write {
+                    return true;
+                }
+            }
+        }
+        current = err.source();
+    }
+    false
+}
+
 fn is(d: &ErrorDescriptor, candidates: &[&'static ErrorDescriptor]) -> bool {
     candidates.iter().any(|c| c.code() == d.code())
 }
@@ -1066,9 +1100,14 @@ fn is(d: &ErrorDescriptor, candidates: &[&'static ErrorDescriptor]) -> bool {
 /// Classifies a client error by its canonical descriptor (and, for the descriptors that wrap a
 /// code, by the client's or the broker's response code).
 ///
-/// - [`FailureKind::Unavailable`]: the broker or the name server cannot be reached or has no
-///   route for the topic, the producer is not running, the broker is busy or not serving.
-/// - [`FailureKind::Timeout`]: no answer within the budget; the broker may have stored it.
+/// - [`FailureKind::Unavailable`]: the request provably never reached a broker that could store
+///   it: no route for the topic, the connection refused or not made (the transport failed while
+///   connecting, before anything was written), the producer not running, the broker busy or not
+///   serving (it answered, refusing).
+/// - [`FailureKind::Timeout`]: the outcome is unknown: no answer within the budget, or a
+///   connection lost once the request may have been written (a stalled broker: the kernel
+///   accepts and buffers, the broker stores the request when it resumes). Counted as an attempt
+///   and as a possible duplicate.
 /// - [`FailureKind::Rejected`]: the message itself was refused (too large, invalid, bad topic,
 ///   no permission), or an error nobody classified (counted, so a poison message ends FAIL).
 pub fn classify(e: &ClientError) -> FailureKind {
@@ -1077,18 +1116,30 @@ pub fn classify(e: &ClientError) -> FailureKind {
         return FailureKind::Unavailable;
     }
     let d = e.descriptor();
+    // A connection that failed: free only if nothing can have been written.
     if is(
         d,
         &[
             &re::TRANSPORT_CONNECTION_FAILED,
+            &re::TRANSPORT_SESSION_FAILED,
+            &re::TRANSPORT_DISPATCH_FAILED,
+        ],
+    ) {
+        return if never_left(e) {
+            FailureKind::Unavailable
+        } else {
+            FailureKind::Timeout
+        };
+    }
+    if is(
+        d,
+        &[
             &re::TRANSPORT_CONNECTION_TIMEOUT,
             &re::TRANSPORT_DNS_FAILED,
-            &re::TRANSPORT_SESSION_FAILED,
             &re::TRANSPORT_START_FAILED,
             &re::TRANSPORT_ENDPOINT_INVALID,
             &re::TRANSPORT_ADMISSION_QUEUE_SATURATED,
             &re::TRANSPORT_REMOTE_RATE_LIMITED,
-            &re::TRANSPORT_DISPATCH_FAILED,
             &re::ROUTE_TOPIC_NOT_FOUND,
             &re::ROUTE_CLUSTER_NOT_FOUND,
             &re::BROKER_LOOKUP_NOT_FOUND,
@@ -1306,10 +1357,47 @@ mod tests {
         ClientError::from_error(rocketmq_error::Error::new(d))
     }
 
+    fn connection_failed_in(phase: &str) -> ClientError {
+        ClientError::from_error(
+            rocketmq_error::Error::new(&rocketmq_error::TRANSPORT_CONNECTION_FAILED)
+                .with_context(rocketmq_error::ErrorContext::new().with_text(rocketmq_error::fields::PHASE, phase)),
+        )
+    }
+
+    #[test]
+    fn a_connection_that_failed_is_free_only_if_nothing_can_have_been_written() {
+        // Refused, or failed while connecting: the request never left.
+        for phase in ["connect", "endpoint_validation", "before_write"] {
+            assert_eq!(
+                classify(&connection_failed_in(phase)),
+                FailureKind::Unavailable,
+                "{phase}"
+            );
+        }
+        let refused = ClientError::from_error(rocketmq_error::Error::caused_by(
+            &rocketmq_error::TRANSPORT_CONNECTION_FAILED,
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        ));
+        assert_eq!(classify(&refused), FailureKind::Unavailable);
+        // Lost while writing or waiting for the answer (a stalled broker), or no telling: the
+        // broker may store it, so it is an unknown outcome (an attempt, a possible duplicate).
+        for phase in ["writing", "awaiting_response", "read", "write", "closed"] {
+            assert_eq!(classify(&connection_failed_in(phase)), FailureKind::Timeout, "{phase}");
+        }
+        assert_eq!(
+            classify(&err(&rocketmq_error::TRANSPORT_CONNECTION_FAILED)),
+            FailureKind::Timeout
+        );
+        let reset = ClientError::from_error(rocketmq_error::Error::caused_by(
+            &rocketmq_error::TRANSPORT_CONNECTION_FAILED,
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+        ));
+        assert_eq!(classify(&reset), FailureKind::Timeout);
+    }
+
     #[test]
     fn broker_unreachable_errors_are_unavailable() {
         for d in [
-            &rocketmq_error::TRANSPORT_CONNECTION_FAILED,
             &rocketmq_error::TRANSPORT_CONNECTION_TIMEOUT,
             &rocketmq_error::ROUTE_TOPIC_NOT_FOUND,
             &rocketmq_error::CLIENT_LIFECYCLE_NOT_STARTED,
@@ -1339,7 +1427,7 @@ mod tests {
                 describe(&e)
             );
         }
-        let connection = to_send_error(&err(&rocketmq_error::TRANSPORT_CONNECTION_FAILED));
+        let connection = to_send_error(&connection_failed_in("connect"));
         assert!(!connection.message.starts_with(NO_ROUTE));
         for code in [2, 14] {
             let e = ClientError::broker_operation_failed("BROKER_OPERATION", code, "busy");

@@ -91,6 +91,7 @@ pub(crate) enum Sink {
     /// A host's C callback.
     Callback(LogFn, UserData),
     /// A binding's own delivery (the JVM).
+    #[cfg_attr(not(feature = "jni"), allow(dead_code))]
     Host(HostLogFn),
 }
 

@@ -11,6 +11,8 @@ mod relay;
 mod rocketmq_e2e;
 mod schema;
 mod stall;
+#[cfg(feature = "rocketmq")]
+mod stalled_broker;
 mod support;
 #[cfg(feature = "rocketmq")]
 mod two_brokers;

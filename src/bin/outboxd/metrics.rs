@@ -131,6 +131,24 @@ impl Collector for RelayCollector {
         )?;
         counter(
             &mut enc,
+            "outbox_possible_duplicates",
+            "Failed sends whose request may have reached the broker (each also used an attempt)",
+            s.possible_duplicates,
+        )?;
+        counter(
+            &mut enc,
+            "outbox_parked",
+            "Ordered events returned to WAIT without an attempt because their queue's broker was down",
+            s.parked,
+        )?;
+        counter(
+            &mut enc,
+            "outbox_claim_blocked",
+            "Ordered candidates left WAIT behind an earlier pending event of their key",
+            s.claim_blocked,
+        )?;
+        counter(
+            &mut enc,
             "outbox_stale_acks",
             "Acks that matched no row because the lease was lost",
             s.stale_acks,
