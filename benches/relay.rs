@@ -839,6 +839,17 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let big = args.iter().any(|a| a == "--big");
     let only_ordered = args.iter().any(|a| a == "--ordered");
+    if args.iter().any(|a| a == "--latency") {
+        // Commit-to-ack latency alone, unordered and ordered (a quick check while tuning).
+        let mut rows = Vec::new();
+        for shape in [None, Some(KeyShape::Spread), Some(KeyShape::Burst)] {
+            let r = latency_with(1000, if quick { 5 } else { 10 }, true, shape);
+            eprintln!("  {:<70} p50 {} p99 {} ms", r.name, opt(r.p50_ms, 1), opt(r.p99_ms, 1));
+            rows.push(r);
+        }
+        print_table(&rows);
+        return;
+    }
     let n: u64 = if quick { 20_000 } else { 60_000 };
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).try_init();
     let mut rows = Vec::new();

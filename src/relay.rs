@@ -737,9 +737,12 @@ fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_st
 }
 
 /// Ordered dispatch: every key's run (per topic) stays whole in one chunk, in id order, so it is
-/// sent in order by one worker; runs are packed into chunks of up to `publish.batch.max` events.
+/// sent in order by one worker. Runs are packed into chunks of about an equal share of the round
+/// per worker (at most `publish.batch.max` events): a small round (the fast path) is spread over
+/// the workers, which send in parallel, a large one travels in as few calls as the maximum allows.
 fn dispatch_runs(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
-    let max = inner.config.publish_batch_max.min(inner.config.max_in_flight).max(1);
+    let most = inner.config.publish_batch_max.min(inner.config.max_in_flight).max(1);
+    let max = round.claimed.len().div_ceil(inner.config.workers.max(1)).clamp(1, most);
     // Chunks being filled, per (token, topic): events with their ages.
     type Open = (u64, String, Vec<OutboundEvent>, Vec<Duration>);
     let mut open: Vec<Open> = Vec::new();
@@ -758,7 +761,7 @@ fn dispatch_runs(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lea
         }
         for (token, topic, events, ages) in parts {
             let slot = match open.iter().position(|o| o.0 == token && o.1 == topic) {
-                Some(i) if open[i].2.len() + events.len() <= max => i,
+                Some(i) if open[i].2.is_empty() || open[i].2.len() + events.len() <= max => i,
                 Some(i) => {
                     let (t, _, evs, ags) = open.swap_remove(i);
                     queue_chunk(inner, chunk_tx, t, evs, ags, lease_start, probe);
