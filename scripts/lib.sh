@@ -56,4 +56,6 @@ ensure_rocketmq() {
 ensure_build_tools() {
     command -v gcc >/dev/null 2>&1 || apt_install gcc
     command -v valgrind >/dev/null 2>&1 || apt_install valgrind
+    # libz for programs linked statically with liboutbox.a (the Go binding's static build).
+    apt_install zlib1g-dev
 }

@@ -4,7 +4,7 @@ package outbox
 
 // With -tags outbox_static the library is linked into the program: liboutbox.a (found through
 // CGO_LDFLAGS="-L<dir>") and the system libraries it needs. The program then needs only libc,
-// libm, libgcc_s (and libz with the rocketmq feature) at run time.
+// libm, libgcc_s and libz at run time (libz: the RocketMQ client compresses large bodies).
 
-// #cgo LDFLAGS: -l:liboutbox.a -lm -ldl -lpthread -lgcc_s
+// #cgo LDFLAGS: -l:liboutbox.a -lz -lm -ldl -lpthread -lgcc_s
 import "C"
