@@ -45,18 +45,40 @@ fn marks(db: &TestDb, table: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Whether the connection with this id is waiting for a row lock right now.
-fn waiting_for_lock(pool: &Pool, connection_id: u32) -> bool {
-    let n: Option<u64> = pool
+/// Waits until every one of these connections is waiting for a row lock, up to
+/// [`BLOCK_DEADLINE`]; returns whether they all were. Read from the TRANSACTIONS section of
+/// `SHOW ENGINE INNODB STATUS` (a transaction block with a `LOCK WAIT` line and the connection's
+/// thread id), which is live. `information_schema.INNODB_TRX` is not reliable for this: InnoDB
+/// refreshes what it shows only once nobody has read it for 100 ms, so while anyone polls it (this
+/// test, a test running beside it) it can keep showing a snapshot taken before the wait began.
+fn wait_for_lock_waits(pool: &Pool, connection_ids: &[u32]) -> bool {
+    let mut conn = pool.get_conn().unwrap();
+    wait_until(BLOCK_DEADLINE, || {
+        let status: mysql::Row = conn.query_first("SHOW ENGINE INNODB STATUS").unwrap().unwrap();
+        let text: String = status.get("Status").unwrap();
+        let waiting: Vec<&str> = text
+            .split("\n---TRANSACTION ")
+            .filter(|trx| trx.contains("\nLOCK WAIT "))
+            .collect();
+        connection_ids
+            .iter()
+            .all(|id| waiting.iter().any(|trx| trx.contains(&format!(" thread id {id},"))))
+    })
+}
+
+/// The server's open transactions, for a failure message.
+fn transactions(pool: &Pool) -> String {
+    let rows: Vec<(u64, String, Option<String>)> = pool
         .get_conn()
         .unwrap()
-        .exec_first(
-            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ? \
-             AND trx_state = 'LOCK WAIT'",
-            (connection_id,),
-        )
+        .query("SELECT trx_mysql_thread_id, trx_state, trx_query FROM information_schema.INNODB_TRX")
         .unwrap();
-    n.unwrap_or(0) > 0
+    let threads: Vec<(u64, String, Option<String>, Option<String>)> = pool
+        .get_conn()
+        .unwrap()
+        .query("SELECT ID, COMMAND, STATE, INFO FROM information_schema.PROCESSLIST WHERE DB = DATABASE()")
+        .unwrap();
+    format!("{rows:?}; connections: {threads:?}")
 }
 
 #[test]
@@ -156,7 +178,7 @@ fn two_copies_at_once(first_commits: bool) -> (Vec<Outcome<u32>>, usize, i64) {
                 .unwrap();
             marked.wait();
             let second_conn = id_rx.recv().unwrap();
-            let blocked = wait_until(BLOCK_DEADLINE, || waiting_for_lock(&db.pool, second_conn));
+            let blocked = wait_for_lock_waits(&db.pool, &[second_conn]);
             if first_commits {
                 tx.commit().unwrap();
             } else {
@@ -198,6 +220,92 @@ fn a_waiting_copy_runs_the_handler_when_the_first_rolls_back() {
     assert_eq!(outcomes, vec![Outcome::Processed(1), Outcome::Processed(2)]);
     assert_eq!(runs, 2, "the first run was rolled back, the second one counts");
     assert_eq!(bob, 5, "credited once: only the second run committed");
+}
+
+/// Three copies: the first marks the key, two more wait on it, then the first rolls back. InnoDB
+/// may then pick one of the two waiters as a deadlock victim (both hold a shared lock on the freed
+/// key and want to insert it): that is a retriable error, its transaction is rolled back, and
+/// handling the message again finds a duplicate. Whatever happens, the effect commits once.
+#[test]
+fn three_copies_with_a_rollback_commit_the_effect_once_and_a_loser_only_retries() {
+    let db = TestDb::new("inbox_three");
+    points_table(&db);
+    let inbox = Inbox::default();
+    let runs = AtomicUsize::new(0);
+    let marked = Barrier::new(3);
+    let (id_tx, id_rx) = std::sync::mpsc::channel::<u32>();
+    let (db, inbox, runs, marked) = (&db, &inbox, &runs, &marked);
+    let (blocked, waiters) = std::thread::scope(|s| {
+        let first = s.spawn(move || {
+            let mut conn = db.pool.get_conn().unwrap();
+            let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+            let out = inbox
+                .process(&mut tx, GROUP, "orders:ORD-3", &MessageMeta::default(), |tx| {
+                    runs.fetch_add(1, SeqCst);
+                    credit(tx, "dave", 5)
+                })
+                .unwrap();
+            assert_eq!(out, Outcome::Processed(()));
+            marked.wait();
+            let ids = [id_rx.recv().unwrap(), id_rx.recv().unwrap()];
+            let blocked = wait_for_lock_waits(&db.pool, &ids);
+            let trx = if blocked { String::new() } else { transactions(&db.pool) };
+            tx.rollback().unwrap();
+            (blocked, format!("waiters {ids:?}; transactions: {trx}"))
+        });
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let id_tx = id_tx.clone();
+                s.spawn(move || {
+                    let mut conn = db.pool.get_conn().unwrap();
+                    id_tx.send(conn.connection_id()).unwrap();
+                    marked.wait();
+                    // (first outcome, retriable error seen before it)
+                    let mut retried = None;
+                    loop {
+                        let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+                        match inbox.process(&mut tx, GROUP, "orders:ORD-3", &MessageMeta::default(), |tx| {
+                            runs.fetch_add(1, SeqCst);
+                            credit(tx, "dave", 5)
+                        }) {
+                            Ok(out) => {
+                                tx.commit().unwrap();
+                                return (out, retried);
+                            }
+                            Err(e) => {
+                                assert!(e.is_retriable(), "{e}");
+                                assert!(retried.is_none(), "a second retriable error: {e}");
+                                retried = Some(e.to_string());
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(id_tx);
+        let blocked = first.join().unwrap();
+        (
+            blocked,
+            waiters.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>(),
+        )
+    });
+    assert!(
+        blocked.0,
+        "the two copies never both waited on the first one's mark: {}",
+        blocked.1
+    );
+    let processed = waiters.iter().filter(|w| w.0 == Outcome::Processed(())).count();
+    let duplicates = waiters.iter().filter(|w| w.0 == Outcome::Duplicate).count();
+    assert_eq!((processed, duplicates), (1, 1), "{waiters:?}");
+    // A deadlock victim, if any, is retried and then finds the duplicate.
+    for (out, retried) in &waiters {
+        if let Some(e) = retried {
+            assert!(e.contains("1213"), "{e}");
+            assert_eq!(*out, Outcome::Duplicate);
+        }
+    }
+    assert_eq!(balance(db, "dave"), 5, "credited once");
+    assert_eq!(runs.load(SeqCst), 2, "the rolled-back run and the committed one");
 }
 
 #[test]
