@@ -15,6 +15,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod ffi;
+pub mod inbox;
 pub mod latency;
 pub mod migrate;
 pub mod ordering;

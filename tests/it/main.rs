@@ -4,6 +4,7 @@ mod admin;
 mod bad_input;
 #[cfg(feature = "daemon")]
 mod daemon;
+mod inbox;
 mod ordering;
 mod protocol;
 mod relay;
