@@ -188,7 +188,7 @@ pub struct QueueBook {
 
 /// How long a cached queue set is used before it is read again, so every instance learns within
 /// this time the queues another one added.
-const BOOK_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+const BOOK_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl QueueBook {
     pub fn new(pool: mysql::Pool) -> QueueBook {

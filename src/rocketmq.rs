@@ -93,8 +93,10 @@ const NO_ROUTE: &str = "no route for the topic";
 /// or for the default topic shows a live broker.
 const AUTO_CREATE_TOPIC: &str = "TBW102";
 
-/// How long the route of an ordered topic is reused before the name server is asked again.
-const ROUTE_TTL: Duration = Duration::from_secs(1);
+/// How long the route of an ordered topic is reused before the name server is asked again (a
+/// broker that dies meanwhile is found by its refused connections; one that returns waits this
+/// long at most).
+const ROUTE_TTL: Duration = Duration::from_secs(3);
 
 /// Queues per broker of an ordered topic the publisher creates itself (only where the brokers
 /// create topics on first use, as a first send would).
@@ -366,6 +368,10 @@ impl RocketMqPublisher {
                     .or_default()
                     .push(i);
             }
+            // Each queue's events on their own: what one queue holds goes out in order, the
+            // queues go out at once (a small call of many keys would otherwise pay one round
+            // trip per queue in a row).
+            let mut work = Vec::new();
             for (qi, idx) in by_queue {
                 let q = &stable[qi];
                 if !live_brokers.contains(q.broker.as_str()) {
@@ -379,9 +385,45 @@ impl RocketMqPublisher {
                     continue;
                 }
                 let others_up = live_brokers.iter().any(|b| *b != q.broker.as_str());
-                self.send_queue(
-                    live, topic, q, others_up, events, built, &size_of, &idx, outcomes, deadline,
-                );
+                // The queue's own copy of the call's state: its messages and outcomes so far.
+                let mut own_built: Vec<Option<Message>> = (0..events.len()).map(|_| None).collect();
+                let mut own_outcomes: Vec<Option<SendOutcome>> = vec![None; events.len()];
+                for &i in &idx {
+                    own_built[i] = built[i].take();
+                    own_outcomes[i] = outcomes[i].take();
+                }
+                work.push((q, others_up, idx, own_built, own_outcomes));
+            }
+            let size_of = &size_of;
+            let done: Vec<(Vec<usize>, Vec<Option<SendOutcome>>)> = if work.len() <= 1 {
+                work.into_iter()
+                    .map(|(q, others_up, idx, mut b, mut o)| {
+                        self.send_queue(
+                            live, topic, q, others_up, events, &mut b, size_of, &idx, &mut o, deadline,
+                        );
+                        (idx, o)
+                    })
+                    .collect()
+            } else {
+                std::thread::scope(|scope| {
+                    let handles: Vec<_> = work
+                        .into_iter()
+                        .map(|(q, others_up, idx, mut b, mut o)| {
+                            scope.spawn(move || {
+                                self.send_queue(
+                                    live, topic, q, others_up, events, &mut b, size_of, &idx, &mut o, deadline,
+                                );
+                                (idx, o)
+                            })
+                        })
+                        .collect();
+                    handles.into_iter().filter_map(|h| h.join().ok()).collect()
+                })
+            };
+            for (idx, mut o) in done {
+                for i in idx {
+                    outcomes[i] = o[i].take();
+                }
             }
         }
     }
