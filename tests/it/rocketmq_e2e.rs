@@ -25,7 +25,8 @@ const NAMESRV: &str = "127.0.0.1:9876";
 /// Shared by tests that only use the broker, taken exclusively by those that kill or pause it.
 pub(crate) static BROKER_LOCK: RwLock<()> = RwLock::new(());
 
-fn script(args: &[&str]) -> Result<String, String> {
+/// Runs `scripts/rocketmq` with `args`; its output, or why it failed.
+pub(crate) fn script(args: &[&str]) -> Result<String, String> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rocketmq");
     let out = Command::new(path)
         .args(args)

@@ -3,7 +3,6 @@
 //! counted attempts allow it, and the relay counted the possible duplicates.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,31 +13,19 @@ use outbox::rocketmq::testing::read_topic;
 use outbox::rocketmq::RocketMqPublisher;
 use outbox::{NewEvent, Relay};
 
-use crate::rocketmq_e2e::{ensure_broker, BROKER_LOCK};
+use crate::rocketmq_e2e::{ensure_broker, script, BROKER_LOCK};
 use crate::support::{wait_until, TestDb};
 
 const NAMESRV: &str = "127.0.0.1:9876";
 /// How long the broker stays stopped.
 const STALL: Duration = Duration::from_secs(20);
 
-fn script(args: &[&str]) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rocketmq");
-    let out = Command::new(path).args(args).output().expect("scripts/rocketmq runs");
-    assert!(
-        out.status.success(),
-        "scripts/rocketmq {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Resumes the broker when the test ends, even by a panic.
 struct Resume;
 
 impl Drop for Resume {
     fn drop(&mut self) {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rocketmq");
-        let _ = Command::new(path).arg("resume-broker").output();
+        let _ = script(&["resume-broker"]);
     }
 }
 
@@ -81,9 +68,9 @@ fn every_duplicate_after_a_broker_stall_is_a_counted_attempt() {
             n
         });
         assert!(wait_until(Duration::from_secs(60), || db.count("SUCCESS") >= 500));
-        script(&["pause-broker"]);
+        script(&["pause-broker"]).unwrap();
         std::thread::sleep(STALL);
-        script(&["resume-broker"]);
+        script(&["resume-broker"]).unwrap();
         assert!(wait_until(Duration::from_secs(60), || db.count("SUCCESS") >= 1000));
         stop.store(true, SeqCst);
         writer.join().unwrap()

@@ -6,7 +6,6 @@
 //! and stop broker-b when they end, even by a panic.
 
 use std::collections::{HashMap, HashSet};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,34 +17,12 @@ use outbox::rocketmq::testing::read_topic;
 use outbox::rocketmq::RocketMqPublisher;
 use outbox::{Config, NewEvent, Relay};
 
-use crate::rocketmq_e2e::{ensure_broker, BROKER_LOCK};
+use crate::rocketmq_e2e::{ensure_broker, script, BROKER_LOCK};
 use crate::support::{wait_until, TestDb};
 
 const NAMESRV: &str = "127.0.0.1:9876";
 /// How long broker-b stays down.
 const OUTAGE: Duration = Duration::from_secs(40);
-
-fn script(args: &[&str]) -> Result<String, String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rocketmq");
-    let out = Command::new(path)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{path}: {e}"))?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if out.status.success() {
-        Ok(text)
-    } else {
-        Err(format!(
-            "scripts/rocketmq {} failed ({}):\n{text}",
-            args.join(" "),
-            out.status
-        ))
-    }
-}
 
 /// broker-b for the length of a test: started on creation, stopped (store removed) on drop.
 struct BrokerB;
