@@ -583,9 +583,18 @@ fn latency_with(rate: u64, secs: u64, fast_path: bool, ordered: Option<KeyShape>
 
 /// Writers insert flat out while the relay runs: does it keep up with the DB's own ceiling?
 fn live(writers: usize, secs: u64) -> Row {
-    let db = Db::fresh("live");
-    let t = topic("live");
-    let cfg = base_config(&db, &t);
+    live_with(writers, secs, None)
+}
+
+/// [`live`]; `hot_keys`: ordered (`per-biz-no`), every writer's events over that many keys.
+fn live_with(writers: usize, secs: u64, hot_keys: Option<u64>) -> Row {
+    let tag = if hot_keys.is_some() { "live_ordered" } else { "live" };
+    let db = Db::fresh(tag);
+    let t = topic(tag);
+    let mut cfg = base_config(&db, &t);
+    if hot_keys.is_some() {
+        cfg.ordering = outbox::config::Ordering::PerBizNo;
+    }
     {
         let p = RocketMqPublisher::start(&cfg).unwrap();
         warm_topic(&p, &t);
@@ -605,7 +614,14 @@ fn live(writers: usize, secs: u64) -> Row {
                     relays[0]
                         .enqueue_in_tx(
                             &mut tx,
-                            &NewEvent::new(format!("ORD-{w}-{i}"), "ORDER_CREATED", dummy("T", i).payload),
+                            &NewEvent::new(
+                                match hot_keys {
+                                    Some(k) => format!("KEY-{}", i % k),
+                                    None => format!("ORD-{w}-{i}"),
+                                },
+                                "ORDER_CREATED",
+                                dummy("T", i).payload,
+                            ),
                         )
                         .unwrap();
                     relays[0].commit(tx).unwrap();
@@ -635,7 +651,10 @@ fn live(writers: usize, secs: u64) -> Row {
         r.stop(Duration::from_secs(10));
     }
     Row {
-        name: format!("live: {writers} writers flat out + relay"),
+        name: match hot_keys {
+            Some(k) => format!("live: {writers} writers flat out + relay, ordered, {k} hot keys"),
+            None => format!("live: {writers} writers flat out + relay"),
+        },
         group: "live",
         events: total,
         secs: wrote_in,
@@ -886,6 +905,12 @@ fn main() {
             many,
             false,
         ));
+        if only_ordered {
+            // (The full run measures this ceiling with the others.)
+            run(ceiling_db(4, n / 4));
+        }
+        run(live_with(4, if quick { 5 } else { 10 }, None));
+        run(live_with(4, if quick { 5 } else { 10 }, Some(20)));
         run(latency_with(1000, if quick { 5 } else { 10 }, true, None));
         run(latency_with(
             1000,
