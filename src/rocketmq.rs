@@ -595,20 +595,17 @@ impl RocketMqPublisher {
             if budget < MIN_SEND_BUDGET {
                 return Err(budget_spent());
             }
-            let mut producer = live.producer.clone();
-            match live
-                .owner
-                .block_on(async { tokio::time::timeout(budget, producer.fetch_publish_message_queues(topic)).await })
-            {
-                Ok(Ok(qs)) => Ok(qs
+            match route_queues(live, topic, budget) {
+                Some(Ok(qs)) => Ok(qs
                     .iter()
                     .map(|q| QueueRef {
                         broker: q.broker_name().to_string(),
                         queue_id: q.queue_id().max(0) as u32,
                     })
                     .collect()),
-                Ok(Err(e)) => Err(SendError::unavailable(format!("{NO_ROUTE}: {}", describe(&e)))),
-                Err(_) => Err(SendError::timeout("the route lookup timed out")),
+                Some(Err(e)) => Err(SendError::unavailable(format!("{NO_ROUTE}: {}", describe(&e)))),
+                // Nothing was sent: the broker side is not answering.
+                None => Err(SendError::unavailable("the route lookup timed out")),
             }
         };
         let mut found = fetch(topic);
@@ -704,12 +701,8 @@ impl RocketMqPublisher {
     pub fn topic_brokers(&self, topic: &str, timeout: Duration) -> Vec<String> {
         let guard = self.live.read();
         let Some(live) = guard.as_ref() else { return Vec::new() };
-        let mut producer = live.producer.clone();
-        let found = live
-            .owner
-            .block_on(async { tokio::time::timeout(timeout, producer.fetch_publish_message_queues(topic)).await });
-        let mut brokers: Vec<String> = match found {
-            Ok(Ok(qs)) => qs.iter().map(|q| q.broker_name().to_string()).collect(),
+        let mut brokers: Vec<String> = match route_queues(live, topic, timeout) {
+            Some(Ok(qs)) => qs.iter().map(|q| q.broker_name().to_string()).collect(),
             _ => Vec::new(),
         };
         brokers.sort();
@@ -724,16 +717,25 @@ impl RocketMqPublisher {
             if budget < MIN_SEND_BUDGET {
                 return false;
             }
-            let mut producer = live.producer.clone();
-            let found = live
-                .owner
-                .block_on(async { tokio::time::timeout(budget, producer.fetch_publish_message_queues(topic)).await });
-            if matches!(found, Ok(Ok(queues)) if !queues.is_empty()) {
+            if matches!(route_queues(live, topic, budget), Some(Ok(queues)) if !queues.is_empty()) {
                 return true;
             }
         }
         false
     }
+}
+
+/// The queues `topic`'s route lists, as the name server answers within `budget` (`None`: no
+/// answer in time).
+fn route_queues(
+    live: &Live,
+    topic: &str,
+    budget: Duration,
+) -> Option<rocketmq_client_rust::ClientResult<Vec<MessageQueue>>> {
+    let mut producer = live.producer.clone();
+    live.owner
+        .block_on(async { tokio::time::timeout(budget, producer.fetch_publish_message_queues(topic)).await })
+        .ok()
 }
 
 fn single_result(

@@ -178,7 +178,7 @@ fn count_where(db: &TestDb, cond: &str) -> u64 {
 }
 
 /// Waits until no row is WAIT or SENDING (or `limit` passes), printing progress now and then.
-fn wait_drained(db: &TestDb, limit: Duration, label: &str) -> bool {
+pub(crate) fn wait_drained(db: &TestDb, limit: Duration, label: &str) -> bool {
     let mut last_print = Instant::now();
     wait_until(limit, || {
         std::thread::sleep(Duration::from_millis(100));

@@ -17,7 +17,7 @@ use outbox::rocketmq::testing::read_topic;
 use outbox::rocketmq::RocketMqPublisher;
 use outbox::{Config, NewEvent, Relay};
 
-use crate::rocketmq_e2e::{ensure_broker, script, BROKER_LOCK};
+use crate::rocketmq_e2e::{ensure_broker, script, wait_drained, BROKER_LOCK};
 use crate::support::{wait_until, TestDb};
 
 const NAMESRV: &str = "127.0.0.1:9876";
@@ -117,18 +117,6 @@ fn sent_of(db: &TestDb, keys: &[String]) -> u64 {
         .unwrap_or(0)
 }
 
-fn drained(db: &TestDb, limit: Duration) -> bool {
-    wait_until(limit, || {
-        std::thread::sleep(Duration::from_millis(100));
-        let open: u64 = db
-            .conn()
-            .query_first("SELECT COUNT(*) FROM t_event_record WHERE status IN ('WAIT', 'SENDING')")
-            .unwrap()
-            .unwrap_or(0);
-        open == 0
-    })
-}
-
 #[test]
 fn ordered_keys_keep_their_queue_and_commit_order_while_one_of_two_brokers_is_down() {
     let _exclusive = BROKER_LOCK.write();
@@ -212,7 +200,7 @@ fn ordered_keys_keep_their_queue_and_commit_order_while_one_of_two_brokers_is_do
     );
     assert!(parked > 0, "the dead broker's keys were parked");
     assert!(
-        drained(&db, Duration::from_secs(180)),
+        wait_drained(&db, Duration::from_secs(180), "two brokers, ordered"),
         "events left unsent after broker-b came back"
     );
     let stats: Vec<_> = relays.iter().map(|r| r.counters()).collect();
@@ -289,7 +277,10 @@ fn unordered_delivery_goes_on_unchanged_with_one_of_two_brokers_down() {
         writer.join().unwrap();
         (before, during)
     });
-    assert!(drained(&db, Duration::from_secs(180)), "events left unsent");
+    assert!(
+        wait_drained(&db, Duration::from_secs(180), "two brokers, ordered"),
+        "events left unsent"
+    );
     let stats: Vec<_> = relays.iter().map(|r| r.counters()).collect();
     for r in &relays {
         r.stop(Duration::from_secs(10));
