@@ -29,13 +29,13 @@
 //! the handler. A rollback of the handler's transaction un-does the mark, so the event can be
 //! processed again.
 
-use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
 use mysql::{IsolationLevel, Pool, Transaction, TxOpts};
 
 use crate::error::{Error, Result};
+use crate::store::{bytes_lit, opt_lit};
 
 /// The inbox table's default name (the one `migrations/V8__create_outbox_inbox.sql` creates).
 pub const DEFAULT_TABLE: &str = "outbox_inbox";
@@ -172,8 +172,8 @@ impl Inbox {
         let found: Option<u8> = q.query_first(format!(
             "SELECT 1 FROM {} WHERE consumer_group = {} AND event_key = {}",
             self.table,
-            bin(group.as_bytes()),
-            bin(key.as_bytes())
+            bytes_lit(group.as_bytes()),
+            bytes_lit(key.as_bytes())
         ))?;
         Ok(found.is_some())
     }
@@ -217,12 +217,12 @@ impl Inbox {
             "INSERT INTO {} (consumer_group, event_key, topic, queue_id, queue_offset, msg_id, processed_at) \
              VALUES ({}, {}, {}, {}, {}, {}, NOW(3))",
             self.table,
-            bin(group.as_bytes()),
-            bin(key.as_bytes()),
-            opt_text(meta.topic.as_deref()),
+            bytes_lit(group.as_bytes()),
+            bytes_lit(key.as_bytes()),
+            opt_lit(meta.topic.as_deref()),
             num(meta.queue_id.map(u64::from)),
             num(meta.queue_offset),
-            opt_text(meta.msg_id.as_deref()),
+            opt_lit(meta.msg_id.as_deref()),
         ))
     }
 }
@@ -373,25 +373,6 @@ fn shorten(s: &str) -> String {
         let mut out: String = s.chars().take(SHOWN).collect();
         out.push('…');
         out
-    }
-}
-
-/// Bytes as a SQL hex literal (a binary string): safe whatever they contain.
-fn bin(b: &[u8]) -> String {
-    let mut out = String::with_capacity(b.len() * 2 + 3);
-    out.push_str("X'");
-    for byte in b {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out.push('\'');
-    out
-}
-
-/// Text as a utf8mb4 SQL literal built from hex, or NULL.
-fn opt_text(s: Option<&str>) -> String {
-    match s {
-        Some(s) => format!("CONVERT({} USING utf8mb4)", bin(s.as_bytes())),
-        None => "NULL".into(),
     }
 }
 

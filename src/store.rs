@@ -698,17 +698,22 @@ fn id_list(ids: impl Iterator<Item = EventId>) -> String {
 }
 
 /// A string as a SQL hex literal: safe whatever it contains, one round trip, no escaping rules.
-fn lit(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 2 + 12);
-    out.push_str("CONVERT(X'");
-    for b in s.bytes() {
-        let _ = write!(out, "{b:02x}");
+pub(crate) fn lit(s: &str) -> String {
+    format!("CONVERT({} USING utf8mb4)", bytes_lit(s.as_bytes()))
+}
+
+/// Bytes as a SQL hex literal (a binary string): safe whatever they contain.
+pub(crate) fn bytes_lit(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len() * 2 + 3);
+    out.push_str("X'");
+    for byte in b {
+        let _ = write!(out, "{byte:02x}");
     }
-    out.push_str("' USING utf8mb4)");
+    out.push('\'');
     out
 }
 
-fn opt_lit(s: Option<&str>) -> String {
+pub(crate) fn opt_lit(s: Option<&str>) -> String {
     s.map(lit).unwrap_or_else(|| "NULL".into())
 }
 
