@@ -53,6 +53,22 @@ ensure_rocketmq() {
     scripts/rocketmq start
 }
 
+# The broker's cold build (~30 min here) ends in long single-crate steps that leave a core idle:
+# start it in the background, build the project meanwhile, then finish_rocketmq. Instant when
+# the broker is already installed.
+begin_rocketmq_install() {
+    scripts/rocketmq install &
+    ROCKETMQ_INSTALL_PID=$!
+}
+
+finish_rocketmq() {
+    if [ -n "${ROCKETMQ_INSTALL_PID:-}" ]; then
+        wait "$ROCKETMQ_INSTALL_PID" || { say "building the RocketMQ name server and broker failed"; return 1; }
+        ROCKETMQ_INSTALL_PID=
+    fi
+    scripts/rocketmq start
+}
+
 ensure_build_tools() {
     command -v gcc >/dev/null 2>&1 || apt_install gcc
     command -v valgrind >/dev/null 2>&1 || apt_install valgrind
