@@ -141,8 +141,9 @@ pub struct Store {
     default_topic: String,
     max_retry: u32,
     backoff_sql: String,
-    /// `ordering = per-biz-no`: the statuses that hold back a key's later events.
-    blocking: Option<&'static str>,
+    /// `ordering = per-biz-no`: the statuses that hold back a key's later events (per the
+    /// dead-head policy).
+    blocking: &'static str,
 }
 
 impl Store {
@@ -154,8 +155,7 @@ impl Store {
             default_topic: config.topic.clone(),
             max_retry: config.max_retry,
             backoff_sql: backoff_sql(&config.backoff),
-            blocking: (config.ordering == crate::config::Ordering::PerBizNo)
-                .then(|| crate::ordering::blocking_statuses(config.ordering_dead_head)),
+            blocking: crate::ordering::blocking_statuses(config.ordering_dead_head),
         }
     }
 
@@ -255,7 +255,7 @@ impl Store {
     /// The ordered claim's reads besides the scan, for plans and tests: the head read for `keys`
     /// and the run read for `(key, head id, last candidate id)` ranges.
     pub fn ordered_sql(&self, keys: &[&str], ranges: &[(&str, EventId, EventId)]) -> (String, String) {
-        let statuses = self.blocking.unwrap_or("'WAIT', 'SENDING'");
+        let statuses = self.blocking;
         let keys: Vec<String> = keys.iter().map(|k| lit(k)).collect();
         let ranges: Vec<(String, EventId, EventId)> = ranges.iter().map(|(k, a, b)| (lit(k), *a, *b)).collect();
         (
@@ -282,7 +282,7 @@ impl Store {
     ) -> Result<ClaimRound> {
         use crate::ordering::{claimable_heads, runs, Candidate, KEY_IDENTITY_SQL};
         use std::collections::HashMap;
-        let statuses = self.blocking.unwrap_or("'WAIT', 'SENDING'");
+        let statuses = self.blocking;
         let token = new_token();
         let mut conn = self.conn()?;
         let mut tx = conn.start_transaction(TxOpts::default())?;
