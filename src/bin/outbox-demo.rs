@@ -2,7 +2,7 @@
 //! transaction (some rolled back on purpose) while several relay instances publish them to a
 //! real RocketMQ broker; then everything is read back from the topic and checked.
 //!
-//! `cargo run --release --features rocketmq --example demo -- --events 2000 --instances 3`
+//! `cargo run --release --features rocketmq,daemon --bin outbox-demo -- --events 2000 --instances 3`
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
