@@ -177,6 +177,7 @@ fn topic(tag: &str) -> String {
 fn dummy(topic: &str, i: u64) -> OutboundEvent {
     OutboundEvent {
         id: i,
+        key: outbox::event::new_event_key(),
         biz_no: format!("ORD-{i}"),
         event_type: "ORDER_CREATED".into(),
         payload: format!(

@@ -116,7 +116,7 @@ impl NewEvent {
 }
 
 /// Property names the relay sets itself; rows may not override them.
-pub const RESERVED_HEADERS: &[&str] = &["eventId", "eventType", "bizNo", "KEYS", "TAGS"];
+pub const RESERVED_HEADERS: &[&str] = &["eventId", "eventKey", "eventType", "bizNo", "KEYS", "TAGS"];
 
 fn text_field(field: &'static str, value: &str, max_chars: usize) -> Result<(), Error> {
     if value.trim().is_empty() {
@@ -145,5 +145,52 @@ pub(crate) fn parse_headers(id: EventId, raw: Option<&str>) -> BTreeMap<String, 
             log::warn!("event {id}: headers column is not a JSON string map ({e}); sending without them");
             BTreeMap::new()
         }),
+    }
+}
+
+/// The longest event key stored (`event_key` is `CHAR(36)`: a UUID in its text form).
+pub const EVENT_KEY_CHARS: usize = 36;
+
+/// A new event key: a UUID version 7 in its 36-character text form (48 bits of Unix time in
+/// milliseconds, then 74 random bits). Unique across outbox tables and databases without
+/// coordination, and time-ordered. The relay gives one to every row it claims without a key and
+/// stores it with the row, so every copy of the event carries the same key.
+pub fn new_event_key() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let r: u128 = rand::random();
+    let mut v: u128 = (u128::from(ms) & 0xFFFF_FFFF_FFFF) << 80;
+    v |= 0x7 << 76; // version 7
+    v |= ((r >> 64) & 0x0FFF) << 64; // rand_a: 12 bits
+    v |= 0b10 << 62; // variant RFC 9562
+    v |= r & 0x3FFF_FFFF_FFFF_FFFF; // rand_b: 62 bits
+    let h = format!("{v:032x}");
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn event_keys_are_version_7_uuids_and_distinct() {
+        let a = new_event_key();
+        let b = new_event_key();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), EVENT_KEY_CHARS);
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), [8, 4, 4, 4, 12], "{a}");
+        assert!(parts[2].starts_with('7'), "version 7: {a}");
+        assert!(matches!(&parts[3][..1], "8" | "9" | "a" | "b"), "variant: {a}");
+        assert!(a.bytes().all(|c| c == b'-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        // The time prefix: later keys sort after earlier ones (different milliseconds).
+        let ms_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let ms_key = u64::from_str_radix(&a.replace('-', "")[..12], 16).unwrap();
+        assert!(ms_now.abs_diff(ms_key) < 60_000);
     }
 }

@@ -57,6 +57,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "create outbox_inbox",
         sql: include_str!("../migrations/V8__create_outbox_inbox.sql"),
     },
+    Migration {
+        version: 9,
+        description: "add event_key",
+        sql: include_str!("../migrations/V9__add_event_key.sql"),
+    },
 ];
 
 /// What each migration costs a live table, on MariaDB 10.11 (checked with explicit `ALGORITHM`
@@ -81,6 +86,7 @@ pub fn lock_cost(version: u32) -> &'static str {
               copy (about 3 s per 300 000 rows measured)"
         }
         8 => "CREATE TABLE IF NOT EXISTS outbox_inbox: instant; nothing if the table exists",
+        9 => "ADD COLUMN event_key (nullable, last), ALGORITHM=INSTANT: instant on any table",
         _ => "not documented",
     }
 }
@@ -146,7 +152,7 @@ pub fn check_table_shape(pool: &Pool, config: &crate::Config, owner: &str, relay
     let cols: Vec<Column> = conn.exec(
         "SELECT COLUMN_NAME, COLUMN_TYPE, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, CHARACTER_OCTET_LENGTH \
          FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? \
-         AND COLUMN_NAME IN ('claim_owner', 'payload')",
+         AND COLUMN_NAME IN ('claim_owner', 'payload', 'event_key')",
         (&table,),
     )?;
     let col = |name: &str| cols.iter().find(|c| c.0.eq_ignore_ascii_case(name));
@@ -207,6 +213,13 @@ pub fn check_table_shape(pool: &Pool, config: &crate::Config, owner: &str, relay
             }
             Some(_) => {}
         }
+    }
+    if relaying && col("event_key").is_none() {
+        return Err(problem(
+            "event_key",
+            "missing".into(),
+            "CHAR(36) NULL (migration V9: an instant ADD COLUMN)".into(),
+        ));
     }
     Ok(())
 }

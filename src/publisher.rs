@@ -13,8 +13,11 @@ use crate::event::EventId;
 /// One claimed event, ready to be sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboundEvent {
-    /// Row id; also the message key and the `eventId` property.
+    /// Row id; also the message key and the `eventId` property (unique within one table).
     pub id: EventId,
+    /// The dedup key, unique across outbox tables and databases (the row's `event_key`, given
+    /// one at its first claim): the `eventKey` property, what consumers' inboxes key on.
+    pub key: String,
     pub biz_no: String,
     pub event_type: String,
     pub payload: Vec<u8>,

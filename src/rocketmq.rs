@@ -6,14 +6,15 @@
 //! on the shared runtime (the producer's send methods take `&self`).
 //!
 //! What a message looks like: body = the row's payload, key = the event id, tag = the row's tag
-//! or else its event type (`rocketmq.tag.source`), user properties `eventId`, `eventType`,
-//! `bizNo` plus the row's headers.
+//! or else its event type (`rocketmq.tag.source`), user properties `eventId`, `eventKey` (the
+//! dedup key, unique across outbox tables and databases), `eventType`, `bizNo` plus the row's
+//! headers.
 //!
 //! Several events of one call go out as one broker batch (`send_batch_with_timeout`), split so
 //! that no batch is larger than [`BATCH_MAX_BYTES`]. A batch refused for a reason of its content
 //! is retried message by message, so one bad message never fails the others. Every message of a
 //! batch carries the same message id on the consumer side: consumers deduplicate on the
-//! `eventId` property (or the message key), never on the message id.
+//! `eventKey` property (the inbox does), never on the message id.
 //!
 //! Client errors are classified by their canonical descriptor (see [`classify`]): broker-wide
 //! failures are [`FailureKind::Unavailable`] (not counted against the event; the relay's circuit
@@ -59,6 +60,10 @@ const SHUTDOWN_STEP: Duration = Duration::from_secs(5);
 
 /// Most bytes of encoded properties one message may carry (a 16-bit length on the wire).
 const MAX_PROPERTIES_BYTES: usize = i16::MAX as usize;
+
+/// The message property carrying the event's dedup key ([`OutboundEvent::key`]), unique across
+/// outbox tables and databases; consumers' inboxes key on it.
+pub const EVENT_KEY_PROPERTY: &str = "eventKey";
 
 /// Longest message id stored on a row (`broker_msg_id` is `VARCHAR(128)`).
 const MAX_MSG_ID_CHARS: usize = 128;
@@ -936,10 +941,11 @@ fn tag_of(event: &OutboundEvent, tag_source: TagSource) -> Option<&str> {
     }
 }
 
-/// The user properties of `event`: `eventId`, `eventType`, `bizNo`, then its headers.
+/// The user properties of `event`: `eventId`, `eventKey`, `eventType`, `bizNo`, then its headers.
 pub fn properties_of(event: &OutboundEvent) -> BTreeMap<String, String> {
     let mut p = event.headers.clone();
     p.insert("eventId".into(), event.id.to_string());
+    p.insert(EVENT_KEY_PROPERTY.into(), event.key.clone());
     p.insert("eventType".into(), event.event_type.clone());
     p.insert("bizNo".into(), event.biz_no.clone());
     p
@@ -1387,6 +1393,7 @@ mod tests {
     fn event(id: u64) -> OutboundEvent {
         OutboundEvent {
             id,
+            key: format!("key-{id}"),
             biz_no: format!("ORD-{id}"),
             event_type: "ORDER_CREATED".into(),
             payload: b"{}".to_vec(),
@@ -1540,6 +1547,7 @@ mod tests {
         assert_eq!(m.get_tags().unwrap().as_str(), "ORDER_CREATED");
         let p = |k: &'static str| m.property(&CheetahString::from_static_str(k)).map(|v| v.to_string());
         assert_eq!(p("eventId").as_deref(), Some("42"));
+        assert_eq!(p("eventKey").as_deref(), Some("key-42"));
         assert_eq!(p("eventType").as_deref(), Some("ORDER_CREATED"));
         assert_eq!(p("bizNo").as_deref(), Some("ORD-42"));
         assert_eq!(p("traceId").as_deref(), Some("t-1"));

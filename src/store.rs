@@ -5,6 +5,7 @@
 //! nothing interpolated unchecked, and no prepared-statement cache churn from `IN (...)` lists of
 //! varying length. The caller-facing INSERT is a constant prepared statement.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -176,30 +177,39 @@ impl Store {
     }
 
     /// How many columns [`Store::columns`] lists.
-    const COLUMNS: usize = 10;
+    const COLUMNS: usize = 11;
 
     fn columns() -> &'static str {
         "id, biz_no, event_type, payload, topic, tag, headers, retry_count, \
-         GREATEST(0, TIMESTAMPDIFF(MICROSECOND, create_time, NOW(3))) AS age_us, next_retry_time"
+         GREATEST(0, TIMESTAMPDIFF(MICROSECOND, create_time, NOW(3))) AS age_us, next_retry_time, event_key"
     }
 
-    /// Decodes the scan's rows; also returns the scan position of the last one.
-    fn events_from_rows(&self, rows: Vec<Row>) -> (Vec<(OutboundEvent, Duration)>, Option<ScanPosition>) {
+    /// Decodes the scan's rows; also returns the scan position of the last one, and the rows
+    /// that had no event key (each given a new one here, stored by the claim: [`key_assignments`]).
+    fn events_from_rows(&self, rows: Vec<Row>) -> Scanned {
         let mut last = None;
+        let mut new_keys = HashSet::new();
         let events = rows
             .into_iter()
             .map(|row| {
-                let (event, age, due) = self.event_from_row(row);
+                let (event, age, due, new_key) = self.event_from_row(row);
                 last = due.map(|d| (d, event.id));
+                if new_key {
+                    new_keys.insert(event.id);
+                }
                 (event, age)
             })
             .collect();
-        (events, last.and_then(|(due, id)| ScanPosition::new(due, id)))
+        Scanned {
+            events,
+            last: last.and_then(|(due, id)| ScanPosition::new(due, id)),
+            new_keys,
+        }
     }
 
-    /// One row of [`Store::columns`] (and whatever follows them): the event, its age, and its
-    /// `next_retry_time` as text.
-    fn event_from_row(&self, mut row: Row) -> (OutboundEvent, Duration, Option<String>) {
+    /// One row of [`Store::columns`] (and whatever follows them): the event, its age, its
+    /// `next_retry_time` as text, and whether its key is new (the row had none).
+    fn event_from_row(&self, mut row: Row) -> (OutboundEvent, Duration, Option<String>, bool) {
         fn col<T: mysql::prelude::FromValue>(row: &mut Row, i: usize) -> T {
             row.take(i)
                 .unwrap_or_else(|| panic!("scan column {i} missing or of another type"))
@@ -214,8 +224,14 @@ impl Store {
         let retry_count: u32 = col(&mut row, 7);
         let age_us: u64 = col(&mut row, 8);
         let due: Option<String> = col(&mut row, 9);
+        let stored_key: Option<String> = col(&mut row, 10);
+        let new_key = stored_key.as_deref().is_none_or(str::is_empty);
         let event = OutboundEvent {
             id,
+            key: match stored_key {
+                Some(k) if !k.is_empty() => k,
+                _ => crate::event::new_event_key(),
+            },
             biz_no,
             event_type,
             payload,
@@ -226,7 +242,7 @@ impl Store {
             headers: parse_headers(id, headers.as_deref()),
             attempt: retry_count,
         };
-        (event, Duration::from_micros(age_us), due)
+        (event, Duration::from_micros(age_us), due, new_key)
     }
 
     /// The scan: due WAIT rows in `idx_status_next_retry` order. With `lock`, it takes row locks
@@ -297,7 +313,7 @@ impl Store {
             .iter_mut()
             .map(|r| r.take::<Vec<u8>, _>(key_col).unwrap_or_default())
             .collect();
-        let (events, last) = self.events_from_rows(rows);
+        let Scanned { events, last, new_keys } = self.events_from_rows(rows);
         let candidates: Vec<Candidate> = events
             .iter()
             .zip(keys)
@@ -305,7 +321,7 @@ impl Store {
             .map(|(pos, ((e, _), key))| Candidate { pos, id: e.id, key })
             .collect();
         // The smallest pending id of each candidate key (one literal per distinct key).
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = HashSet::new();
         let key_lits: Vec<String> = candidates
             .iter()
             .filter(|c| seen.insert(c.key.clone()))
@@ -341,7 +357,7 @@ impl Store {
         let runs = runs(&claimable, &candidates, &pending, run_max);
         let claimed_n: usize = runs.iter().map(Vec::len).sum();
         let blocked = (candidates.len() - claimed_n) as u64;
-        let in_run: std::collections::HashSet<usize> = runs.iter().flatten().copied().collect();
+        let in_run: HashSet<usize> = runs.iter().flatten().copied().collect();
         let stuck = candidates
             .iter()
             .filter(|c| !in_run.contains(&c.pos) && !oldest.get(&c.key).is_some_and(|h| h.1))
@@ -355,11 +371,14 @@ impl Store {
                 ..ClaimRound::default()
             });
         }
+        let claimed_ids: HashSet<EventId> =
+            runs.iter().flatten().map(|&pos| events[pos].0.id).collect();
         tx.query_drop(format!(
-            "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3) \
-             WHERE id IN ({ids})",
+            "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3)\
+             {keys} WHERE id IN ({ids})",
             t = self.table,
             owner = lit(&self.owner),
+            keys = key_assignments(events.iter().map(|(e, _)| e), &new_keys, |id| claimed_ids.contains(&id)),
             ids = id_list(runs.iter().flatten().map(|&pos| events[pos].0.id)),
         ))?;
         tx.commit()?;
@@ -413,12 +432,13 @@ impl Store {
             tx.commit()?;
             return Ok(ClaimRound::default());
         }
-        let (events, last) = self.events_from_rows(rows);
+        let Scanned { events, last, new_keys } = self.events_from_rows(rows);
         tx.query_drop(format!(
-            "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3) \
-             WHERE id IN ({ids})",
+            "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3)\
+             {keys} WHERE id IN ({ids})",
             t = self.table,
             owner = lit(&self.owner),
+            keys = key_assignments(events.iter().map(|(e, _)| e), &new_keys, |_| true),
             ids = id_list(events.iter().map(|(e, _)| e.id)),
         ))?;
         tx.commit()?;
@@ -440,15 +460,24 @@ impl Store {
         let token = new_token();
         let mut conn = self.conn()?;
         let rows: Vec<Row> = conn.query(self.scan_sql(limit, false))?;
-        let (events, last) = self.events_from_rows(rows);
+        let Scanned { events, last, new_keys } = self.events_from_rows(rows);
         let mut round = ClaimRound {
             last,
             ..ClaimRound::default()
         };
         for (event, age) in events {
+            // A new key is stored only if the row still has none, so the key sent is the stored one.
+            let (set_key, key_unset) = if new_keys.contains(&event.id) {
+                (
+                    format!(", event_key = {}", lit(&event.key)),
+                    " AND (event_key IS NULL OR event_key = '')",
+                )
+            } else {
+                (String::new(), "")
+            };
             conn.query_drop(format!(
-                "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3) \
-                 WHERE id = {id} AND status = 'WAIT' AND retry_count = {rc}",
+                "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3)\
+                 {set_key} WHERE id = {id} AND status = 'WAIT' AND retry_count = {rc}{key_unset}",
                 t = self.table,
                 owner = lit(&self.owner),
                 id = event.id,
@@ -664,6 +693,35 @@ pub(crate) fn insert<Q: Queryable>(q: &mut Q, table: &str, event: &NewEvent) -> 
 
 /// The backoff in microseconds as a SQL expression of the row's `retry_count` before the
 /// increment (so `retry_count + 1` is the attempt that just failed).
+/// What a claim scan read: the events with their ages, the scan position of the last row, and the
+/// ids of the rows that had no event key (their events carry a new one, for the claim to store).
+struct Scanned {
+    events: Vec<(OutboundEvent, Duration)>,
+    last: Option<ScanPosition>,
+    new_keys: HashSet<EventId>,
+}
+
+/// The claim UPDATE's `, event_key = CASE id ... END` for the rows of `new_keys` it claims
+/// (`claims(id)`), or nothing. The rows are locked by the claim's scan, so nothing else sets a
+/// key between the read and this write.
+fn key_assignments<'a>(
+    events: impl Iterator<Item = &'a OutboundEvent>,
+    new_keys: &HashSet<EventId>,
+    claims: impl Fn(EventId) -> bool,
+) -> String {
+    if new_keys.is_empty() {
+        return String::new();
+    }
+    let mut sql = String::new();
+    for e in events.filter(|e| claims(e.id) && new_keys.contains(&e.id)) {
+        let _ = write!(sql, " WHEN {} THEN {}", e.id, lit(&e.key));
+    }
+    if sql.is_empty() {
+        return sql;
+    }
+    format!(", event_key = CASE id{sql} ELSE event_key END")
+}
+
 fn backoff_sql(b: &Backoff) -> String {
     let base = b.base.as_millis() as u64;
     let max = b.max.as_millis() as u64;

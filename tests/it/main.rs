@@ -4,6 +4,7 @@ mod admin;
 mod bad_input;
 #[cfg(feature = "daemon")]
 mod daemon;
+mod event_key;
 mod inbox;
 mod ordering;
 mod protocol;

@@ -679,6 +679,7 @@ fn batch_sends_versus_single_sends_throughput() {
     let events: Vec<OutboundEvent> = (1..=4000u64)
         .map(|id| OutboundEvent {
             id,
+            key: outbox::event::new_event_key(),
             biz_no: format!("R-{id}"),
             event_type: "ORDER_CREATED".into(),
             payload: payload(id as usize, 200),
@@ -749,6 +750,7 @@ fn a_publisher_without_a_name_server_reports_the_broker_unavailable() {
     let debug = format!("{p:?}");
     let e = OutboundEvent {
         id: 1,
+        key: outbox::event::new_event_key(),
         biz_no: "B".into(),
         event_type: "T".into(),
         payload: b"x".to_vec(),
