@@ -9,6 +9,10 @@
 //   - your own database/sql transaction: EnqueueTx(ctx, sqlTx, relay, event) inserts the row with
 //     your driver using the library's statement; after sqlTx.Commit() call relay.Notify().
 //
+// On the consuming side, Inbox (pure Go, on the consumer's own *sql.Tx, any driver) runs a
+// handler once per consumer group and event key: inbox.ProcessTx(ctx, tx, group, key, msg,
+// handler), the key from EventKey(message properties).
+//
 // Linking: the package carries its C header (outbox.h, the library's include/outbox.h) and links
 // -loutbox, or liboutbox.a with the build tag outbox_static. Point the linker at the built
 // library, e.g.
