@@ -167,7 +167,14 @@ pub fn new_event_key() -> String {
     v |= 0b10 << 62; // variant RFC 9562
     v |= r & 0x3FFF_FFFF_FFFF_FFFF; // rand_b: 62 bits
     let h = format!("{v:032x}");
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 #[cfg(test)]
@@ -181,10 +188,16 @@ mod key_tests {
         assert_ne!(a, b);
         assert_eq!(a.len(), EVENT_KEY_CHARS);
         let parts: Vec<&str> = a.split('-').collect();
-        assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), [8, 4, 4, 4, 12], "{a}");
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12],
+            "{a}"
+        );
         assert!(parts[2].starts_with('7'), "version 7: {a}");
         assert!(matches!(&parts[3][..1], "8" | "9" | "a" | "b"), "variant: {a}");
-        assert!(a.bytes().all(|c| c == b'-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert!(a
+            .bytes()
+            .all(|c| c == b'-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         // The time prefix: later keys sort after earlier ones (different milliseconds).
         let ms_now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

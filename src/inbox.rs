@@ -322,7 +322,7 @@ pub fn purge_statement(table: &str, older_than: Duration, batch: usize) -> Resul
     ))
 }
 
-fn check_group(group: &str) -> Result<()> {
+pub(crate) fn check_group(group: &str) -> Result<()> {
     let ok = !group.is_empty()
         && group.len() <= MAX_GROUP_BYTES
         && group

@@ -12,6 +12,7 @@
 pub mod admin;
 mod breaker;
 pub mod config;
+pub mod consumer;
 pub mod error;
 pub mod event;
 pub mod ffi;

@@ -62,6 +62,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "add event_key",
         sql: include_str!("../migrations/V9__add_event_key.sql"),
     },
+    Migration {
+        version: 10,
+        description: "create outbox_inbox_dead_letter",
+        sql: include_str!("../migrations/V10__create_outbox_inbox_dead_letter.sql"),
+    },
 ];
 
 /// What each migration costs a live table, on MariaDB 10.11 (checked with explicit `ALGORITHM`
@@ -87,6 +92,7 @@ pub fn lock_cost(version: u32) -> &'static str {
         }
         8 => "CREATE TABLE IF NOT EXISTS outbox_inbox: instant; nothing if the table exists",
         9 => "ADD COLUMN event_key (nullable, last), ALGORITHM=INSTANT: instant on any table",
+        10 => "CREATE TABLE IF NOT EXISTS outbox_inbox_dead_letter: instant; nothing if the table exists",
         _ => "not documented",
     }
 }

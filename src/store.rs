@@ -371,8 +371,7 @@ impl Store {
                 ..ClaimRound::default()
             });
         }
-        let claimed_ids: HashSet<EventId> =
-            runs.iter().flatten().map(|&pos| events[pos].0.id).collect();
+        let claimed_ids: HashSet<EventId> = runs.iter().flatten().map(|&pos| events[pos].0.id).collect();
         tx.query_drop(format!(
             "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3)\
              {keys} WHERE id IN ({ids})",

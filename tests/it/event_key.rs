@@ -16,7 +16,10 @@ fn store(cfg: &Config, owner: &str) -> Store {
 
 fn stored_keys(db: &TestDb) -> HashMap<u64, Option<String>> {
     db.conn()
-        .query_map("SELECT id, event_key FROM t_event_record", |(id, k): (u64, Option<String>)| (id, k))
+        .query_map(
+            "SELECT id, event_key FROM t_event_record",
+            |(id, k): (u64, Option<String>)| (id, k),
+        )
         .unwrap()
         .into_iter()
         .collect()
@@ -26,7 +29,10 @@ fn stored_keys(db: &TestDb) -> HashMap<u64, Option<String>> {
 fn every_claim_strategy_stores_the_key_it_hands_out_and_a_later_claim_reuses_it() {
     let db = TestDb::new("evkey");
     let ids = db.seed(30);
-    assert!(stored_keys(&db).values().all(Option::is_none), "no key before the first claim");
+    assert!(
+        stored_keys(&db).values().all(Option::is_none),
+        "no key before the first claim"
+    );
     let cfg = db.config();
     let s = store(&cfg, "k1-1-000000");
     let mut first: HashMap<u64, String> = HashMap::new();
@@ -45,7 +51,11 @@ fn every_claim_strategy_stores_the_key_it_hands_out_and_a_later_claim_reuses_it(
     assert_eq!(first.len(), 30);
     let stored = stored_keys(&db);
     for id in &ids {
-        assert_eq!(stored[id].as_deref(), Some(first[id].as_str()), "row {id}: stored key = key handed out");
+        assert_eq!(
+            stored[id].as_deref(),
+            Some(first[id].as_str()),
+            "row {id}: stored key = key handed out"
+        );
     }
     let distinct: HashSet<&String> = first.values().collect();
     assert_eq!(distinct.len(), 30, "keys are distinct");
@@ -113,7 +123,9 @@ fn two_tables_with_the_same_ids_give_different_keys() {
 #[test]
 fn a_relay_refuses_a_table_without_the_key_column_naming_it() {
     let db = TestDb::new("evkey_shape");
-    db.conn().query_drop("ALTER TABLE t_event_record DROP COLUMN event_key").unwrap();
+    db.conn()
+        .query_drop("ALTER TABLE t_event_record DROP COLUMN event_key")
+        .unwrap();
     let cfg = db.config();
     let err = outbox::Relay::builder(cfg)
         .publisher(crate::support::Recorder::new())

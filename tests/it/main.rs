@@ -2,6 +2,7 @@
 
 mod admin;
 mod bad_input;
+mod consumer;
 #[cfg(feature = "daemon")]
 mod daemon;
 mod event_key;

@@ -1,0 +1,266 @@
+//! The consumer's dead-letter table (migration V10): messages whose handler failed on every
+//! attempt, kept with their body and properties so an operator can look at them and replay them
+//! (`outboxd dead-letters list|replay|discard --consumer-group G`).
+//!
+//! A row is `DEAD` until an operator asks for a replay (`REPLAY`); the group's running consumers
+//! then take `REPLAY` rows one at a time (`FOR UPDATE SKIP LOCKED`, so two instances never take
+//! the same row), and handle each like a message: inbox mark, handler, and the row's DELETE in
+//! one transaction. A replay that fails again puts the row back to `DEAD` with one more attempt.
+
+use std::collections::BTreeMap;
+
+use mysql::prelude::Queryable;
+use mysql::{Pool, Row, Transaction};
+
+use super::{Message, QueueRef};
+use crate::error::{Error, Result};
+use crate::store::{bytes_lit, lit, opt_lit};
+
+/// The default table name (the one `migrations/V10__create_outbox_inbox_dead_letter.sql` creates).
+pub const DEFAULT_TABLE: &str = "outbox_inbox_dead_letter";
+
+/// Status of a parked message.
+pub const DEAD: &str = "DEAD";
+/// Status of a message an operator asked to replay.
+pub const REPLAY: &str = "REPLAY";
+
+/// Longest `last_error` kept (the column is `VARCHAR(1024)`).
+const MAX_ERROR_CHARS: usize = 1000;
+
+/// One parked message, as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxDeadLetter {
+    pub id: u64,
+    pub group: String,
+    pub key: String,
+    pub topic: String,
+    pub broker: Option<String>,
+    pub queue_id: Option<u32>,
+    pub queue_offset: Option<u64>,
+    pub msg_id: Option<String>,
+    pub attempts: u32,
+    pub last_error: String,
+    pub status: String,
+    /// When it was parked (database clock, `YYYY-MM-DD hh:mm:ss.fff`).
+    pub created_at: String,
+}
+
+/// Creates the dead-letter table `table` if it does not exist (V10's DDL with the name replaced).
+pub fn migrate_dead_letter(pool: &Pool, table: &str) -> Result<()> {
+    let table = crate::config::table_name("inbox.dead_letter.table", table)?;
+    let v10 = crate::migrate::MIGRATIONS
+        .iter()
+        .find(|m| m.version == 10)
+        .expect("migration V10 creates the consumer dead-letter table");
+    let sql: String = v10
+        .sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ddl = sql.trim().trim_end_matches(';').replacen(
+        &format!("CREATE TABLE IF NOT EXISTS {DEFAULT_TABLE} ("),
+        &format!("CREATE TABLE IF NOT EXISTS {table} ("),
+        1,
+    );
+    pool.get_conn()?.query_drop(&ddl).map_err(|e| Error::Migration {
+        version: 10,
+        description: format!("create consumer dead-letter table {table}"),
+        reason: crate::error::describe_db(&e),
+    })
+}
+
+/// Parks `msg` in `table` for `group` after `attempts` failed attempts (its own statement; the
+/// caller commits).
+pub(crate) fn insert<Q: Queryable>(
+    q: &mut Q,
+    table: &str,
+    group: &str,
+    msg: &Message,
+    attempts: u32,
+    error: &str,
+) -> Result<()> {
+    let props = serde_json::to_string(&msg.properties).expect("a map of strings serialises");
+    let key = cut_bytes(&msg.key, crate::inbox::MAX_KEY_BYTES);
+    q.query_drop(format!(
+        "INSERT INTO {table} (consumer_group, event_key, topic, broker, queue_id, queue_offset, msg_id, tag, \
+         properties, body, attempts, last_error, status) VALUES ({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {attempts}, {}, '{DEAD}')",
+        bytes_lit(group.as_bytes()),
+        bytes_lit(key.as_bytes()),
+        lit(&cut_chars(&msg.queue.topic, crate::event::MAX_TOPIC_CHARS)),
+        opt_lit(Some(cut_chars(&msg.queue.broker, 128).as_str()).filter(|b| !b.is_empty())),
+        msg.queue.queue_id,
+        msg.offset,
+        opt_lit(msg.msg_id.as_deref().map(|m| cut_chars(m, 128)).as_deref()),
+        opt_lit(msg.tag.as_deref().map(|t| cut_chars(t, 128)).as_deref()),
+        lit(&props),
+        bytes_lit(&msg.body),
+        lit(&cut_chars(error, MAX_ERROR_CHARS)),
+    ))?;
+    Ok(())
+}
+
+/// Lists `table`'s rows, oldest first: those of `group` if given, of `status` if given (`DEAD`
+/// or `REPLAY`), at most `limit`.
+pub fn list(
+    pool: &Pool,
+    table: &str,
+    group: Option<&str>,
+    status: Option<&str>,
+    limit: usize,
+) -> Result<Vec<InboxDeadLetter>> {
+    let table = crate::config::table_name("inbox.dead_letter.table", table)?;
+    let mut conds = Vec::new();
+    if let Some(g) = group {
+        conds.push(format!("consumer_group = {}", bytes_lit(g.as_bytes())));
+    }
+    if let Some(s) = status {
+        conds.push(format!("status = {}", lit(s)));
+    }
+    let filter = if conds.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conds.join(" AND "))
+    };
+    let rows: Vec<Row> = pool.get_conn()?.query(format!(
+        "SELECT id, consumer_group, event_key, topic, broker, queue_id, queue_offset, msg_id, attempts, last_error, \
+         status, DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f') FROM {table}{filter} ORDER BY id LIMIT {limit}"
+    ))?;
+    Ok(rows
+        .into_iter()
+        .map(|mut r| {
+            let created: String = r.take(11).unwrap_or_default();
+            InboxDeadLetter {
+                id: r.take(0).unwrap_or_default(),
+                group: r.take(1).unwrap_or_default(),
+                key: String::from_utf8_lossy(&r.take::<Vec<u8>, _>(2).unwrap_or_default()).into_owned(),
+                topic: r.take(3).unwrap_or_default(),
+                broker: r.take(4).unwrap_or_default(),
+                queue_id: r.take(5).unwrap_or_default(),
+                queue_offset: r.take(6).unwrap_or_default(),
+                msg_id: r.take(7).unwrap_or_default(),
+                attempts: r.take(8).unwrap_or_default(),
+                last_error: r.take(9).unwrap_or_default(),
+                status: r.take(10).unwrap_or_default(),
+                created_at: created.get(..23).unwrap_or(&created).to_string(),
+            }
+        })
+        .collect())
+}
+
+/// Which parked rows an operator acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// These ids (of the group).
+    Ids(Vec<u64>),
+    /// Every row of the group.
+    All,
+}
+
+/// Asks the group's consumers to handle these `DEAD` rows again (status `REPLAY`); returns how
+/// many rows changed. With `dry_run`, counts them without changing anything.
+pub fn request_replay(pool: &Pool, table: &str, group: &str, which: &Selection, dry_run: bool) -> Result<u64> {
+    act(
+        pool,
+        table,
+        group,
+        which,
+        dry_run,
+        &format!("UPDATE {{t}} SET status = '{REPLAY}'"),
+    )
+}
+
+/// Deletes these rows of the group (DEAD or REPLAY): the messages are dropped for good.
+pub fn discard(pool: &Pool, table: &str, group: &str, which: &Selection, dry_run: bool) -> Result<u64> {
+    act(pool, table, group, which, dry_run, "DELETE FROM {t}")
+}
+
+fn act(pool: &Pool, table: &str, group: &str, which: &Selection, dry_run: bool, statement: &str) -> Result<u64> {
+    let table = crate::config::table_name("inbox.dead_letter.table", table)?;
+    crate::inbox::check_group(group)?;
+    let mut filter = format!("consumer_group = {}", bytes_lit(group.as_bytes()));
+    if statement.starts_with("UPDATE") {
+        filter.push_str(&format!(" AND status = '{DEAD}'"));
+    }
+    match which {
+        Selection::All => {}
+        Selection::Ids(ids) if ids.is_empty() => return Ok(0),
+        Selection::Ids(ids) => {
+            let list: Vec<String> = ids.iter().map(u64::to_string).collect();
+            filter.push_str(&format!(" AND id IN ({})", list.join(", ")));
+        }
+    }
+    let mut conn = pool.get_conn()?;
+    if dry_run {
+        let n: Option<u64> = conn.query_first(format!("SELECT COUNT(*) FROM {table} WHERE {filter}"))?;
+        return Ok(n.unwrap_or(0));
+    }
+    conn.query_drop(format!("{} WHERE {filter}", statement.replace("{t}", &table)))?;
+    Ok(conn.affected_rows())
+}
+
+/// Takes the oldest `REPLAY` row of `group` in `tx` (locked, skipping rows other consumers
+/// hold): its id, its message and its attempts so far.
+pub(crate) fn take_replay(tx: &mut Transaction<'_>, table: &str, group: &str) -> Result<Option<(u64, Message, u32)>> {
+    let row: Option<Row> = tx.query_first(format!(
+        "SELECT id, event_key, topic, broker, queue_id, queue_offset, msg_id, tag, properties, body, attempts \
+         FROM {table} FORCE INDEX (idx_dead_letter_group_status) \
+         WHERE consumer_group = {} AND status = '{REPLAY}' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED",
+        bytes_lit(group.as_bytes())
+    ))?;
+    let Some(mut r) = row else { return Ok(None) };
+    let id: u64 = r.take(0).unwrap_or_default();
+    let key: Vec<u8> = r.take(1).unwrap_or_default();
+    let props: Option<String> = r.take(8).unwrap_or_default();
+    let properties: BTreeMap<String, String> = props
+        .as_deref()
+        .and_then(|p| serde_json::from_str(p).ok())
+        .unwrap_or_default();
+    let msg = Message {
+        queue: QueueRef {
+            topic: r.take(2).unwrap_or_default(),
+            broker: r.take::<Option<String>, _>(3).flatten().unwrap_or_default(),
+            queue_id: r.take::<Option<u32>, _>(4).flatten().unwrap_or_default(),
+        },
+        offset: r.take::<Option<u64>, _>(5).flatten().unwrap_or_default(),
+        msg_id: r.take(6).unwrap_or_default(),
+        key: String::from_utf8_lossy(&key).into_owned(),
+        key_source: super::KeySource::EventKey,
+        tag: r.take(7).unwrap_or_default(),
+        properties,
+        body: r.take(9).unwrap_or_default(),
+    };
+    let attempts: u32 = r.take(10).unwrap_or_default();
+    Ok(Some((id, msg, attempts)))
+}
+
+/// Deletes a replayed row inside the transaction that handled it.
+pub(crate) fn delete(tx: &mut Transaction<'_>, table: &str, id: u64) -> Result<()> {
+    tx.query_drop(format!("DELETE FROM {table} WHERE id = {id}"))?;
+    Ok(())
+}
+
+/// A replay that failed again: back to `DEAD`, one more attempt, the new error.
+pub(crate) fn failed_again(pool: &Pool, table: &str, id: u64, error: &str) -> Result<()> {
+    pool.get_conn()?.query_drop(format!(
+        "UPDATE {table} SET status = '{DEAD}', attempts = attempts + 1, last_error = {} WHERE id = {id}",
+        lit(&cut_chars(error, MAX_ERROR_CHARS))
+    ))?;
+    Ok(())
+}
+
+fn cut_chars(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+/// `s` cut to at most `n` bytes on a character boundary.
+fn cut_bytes(s: &str, n: usize) -> &str {
+    if s.len() <= n {
+        return s;
+    }
+    let mut end = n;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

@@ -1,0 +1,220 @@
+//! A [`Source`] on RocketMQ (cargo feature `rocketmq`): `rocketmq-client-rust`'s lite pull
+//! consumer in subscribe mode (the broker balances the topic's queues over the group's
+//! instances), with automatic offset commits off: offsets move only when the [`Consumer`]
+//! commits them, after the database commit.
+//!
+//! [`Consumer`]: super::Consumer
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rocketmq_client_rust::{ClientRuntime, ClientRuntimeConfig, DefaultLitePullConsumer};
+use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
+use rocketmq_model::common::message::message_queue::MessageQueue;
+use rocketmq_model::common::message::MessageTrait;
+use rocketmq_observability::TelemetryRuntimeGuard;
+use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
+
+use super::{Message, QueueRef, Source};
+use crate::error::{Error, Result};
+use crate::rocketmq::describe;
+
+/// Where a new consumer group starts in the topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFrom {
+    /// Every message the broker still has (nothing committed before the group existed is missed).
+    First,
+    /// Only messages sent after the group first subscribed.
+    Last,
+}
+
+/// What a [`RocketMqSource`] connects to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceConfig {
+    /// Name server address(es), `host:port[;host:port]`.
+    pub namesrv: String,
+    pub topic: String,
+    /// The consumer group (the same as the [`super::ConsumerConfig`]'s).
+    pub group: String,
+    pub start_from: StartFrom,
+    /// Messages per pull request.
+    pub pull_batch: u32,
+}
+
+impl SourceConfig {
+    pub fn new(namesrv: &str, topic: &str, group: &str) -> SourceConfig {
+        SourceConfig {
+            namesrv: namesrv.into(),
+            topic: topic.into(),
+            group: group.into(),
+            start_from: StartFrom::First,
+            pull_batch: 32,
+        }
+    }
+}
+
+/// The lite pull consumer and the runtime it runs on.
+pub struct RocketMqSource {
+    owner: RuntimeOwner,
+    client_runtime: Arc<ClientRuntime>,
+    consumer: DefaultLitePullConsumer,
+    _telemetry: TelemetryRuntimeGuard,
+    /// Message queues by our queue reference (commits need the client's own value).
+    queues: Mutex<HashMap<QueueRef, MessageQueue>>,
+    closed: Mutex<bool>,
+}
+
+fn source_error(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Publisher(format!("RocketMQ consumer {what}: {e}"))
+}
+
+impl RocketMqSource {
+    /// Subscribes `config.topic` with `config.group` and starts pulling.
+    pub fn start(config: &SourceConfig) -> Result<RocketMqSource> {
+        crate::inbox::check_group(&config.group)?;
+        if config.topic.is_empty() {
+            return Err(crate::ConfigError::invalid("consumer.topic", "", "must not be empty").into());
+        }
+        let owner = RuntimeOwner::plan(RuntimeConfig::for_parallelism("outbox-consumer", 2))
+            .map_err(|e| source_error("runtime configuration", e))?
+            .build()
+            .map_err(|e| source_error("runtime", e))?;
+        let telemetry = TelemetryRuntimeGuard::noop();
+        let client_runtime = ClientRuntime::try_new(
+            owner.root_context().component("outbox-consumer-client"),
+            ClientRuntimeConfig::default(),
+            telemetry.handle(),
+        )
+        .map_err(|e| source_error("client runtime", describe(&e)))?;
+        // A client id of its own per instance: two instances of a group on one host must count as
+        // two in the broker's queue balancing.
+        let instance = format!("outbox-consumer-{}-{:08x}", std::process::id(), rand::random::<u32>());
+        let consumer = DefaultLitePullConsumer::builder(client_runtime.clone())
+            .consumer_group(config.group.as_str())
+            .name_server_addr(config.namesrv.as_str())
+            .instance_name(instance.as_str())
+            .consume_from_where(match config.start_from {
+                StartFrom::First => ConsumeFromWhere::ConsumeFromFirstOffset,
+                StartFrom::Last => ConsumeFromWhere::ConsumeFromLastOffset,
+            })
+            .auto_commit(false)
+            .pull_batch_size(config.pull_batch.clamp(1, 1024) as i32)
+            .build()
+            .map_err(|e| source_error("configuration", describe(&e)))?;
+        owner.block_on(async {
+            consumer
+                .subscribe(config.topic.as_str())
+                .await
+                .map_err(|e| source_error(&format!("subscribe to {}", config.topic), describe(&e)))?;
+            consumer.start().await.map_err(|e| source_error("start", describe(&e)))
+        })?;
+        log::info!(
+            "RocketMQ consumer {} subscribed to {} at {}",
+            config.group,
+            config.topic,
+            config.namesrv
+        );
+        Ok(RocketMqSource {
+            owner,
+            client_runtime,
+            consumer,
+            _telemetry: telemetry,
+            queues: Mutex::new(HashMap::new()),
+            closed: Mutex::new(false),
+        })
+    }
+}
+
+impl Source for RocketMqSource {
+    fn poll(&self, timeout: Duration) -> Result<Vec<Message>> {
+        let ms = timeout.as_millis().clamp(1, u64::MAX as u128) as u64;
+        let batch = self.owner.block_on(self.consumer.poll_with_timeout(ms));
+        let mut queues = self.queues.lock();
+        Ok(batch
+            .into_iter()
+            .map(|m| {
+                let queue = QueueRef {
+                    topic: m.topic().to_string(),
+                    broker: m.broker_name().to_string(),
+                    queue_id: m.queue_id().max(0) as u32,
+                };
+                queues.entry(queue.clone()).or_insert_with(|| {
+                    MessageQueue::from_parts(m.topic().clone(), m.broker_name().to_string(), m.queue_id())
+                });
+                let properties: BTreeMap<String, String> = m
+                    .properties()
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                let msg_id = Some(m.msg_id().to_string()).filter(|s| !s.is_empty());
+                Message::new(
+                    queue,
+                    m.queue_offset().max(0) as u64,
+                    msg_id,
+                    m.get_tags().map(|t| t.to_string()),
+                    properties,
+                    m.body().map(|b| b.to_vec()).unwrap_or_default(),
+                )
+            })
+            .collect())
+    }
+
+    fn commit(&self, next_offsets: &[(QueueRef, u64)], persist: bool) {
+        let map: HashMap<MessageQueue, i64> = {
+            let queues = self.queues.lock();
+            next_offsets
+                .iter()
+                .filter_map(|(q, o)| queues.get(q).map(|mq| (mq.clone(), (*o).min(i64::MAX as u64) as i64)))
+                .collect()
+        };
+        if map.is_empty() {
+            if persist {
+                // Stores what was committed in memory before (a queue already balanced away is
+                // skipped by the client).
+                let all: HashSet<MessageQueue> = self.queues.lock().values().cloned().collect();
+                self.owner.block_on(self.consumer.commit_with_set(all, true));
+            }
+            return;
+        }
+        self.owner.block_on(self.consumer.commit_with_map(map, persist));
+    }
+
+    fn lag(&self) -> Option<u64> {
+        self.owner.block_on(async {
+            let assigned = self.consumer.assignment().await.ok()?;
+            let mut lag = 0u64;
+            for mq in assigned {
+                let max = self.consumer.max_offset(&mq).await.ok()?;
+                let committed = self.consumer.committed(&mq).await.unwrap_or(0).max(0);
+                lag += (max - committed).max(0) as u64;
+            }
+            Some(lag)
+        })
+    }
+
+    fn shutdown(&self) {
+        let mut closed = self.closed.lock();
+        if *closed {
+            return;
+        }
+        *closed = true;
+        let step = Duration::from_secs(10);
+        self.owner.block_on(async {
+            if tokio::time::timeout(step, self.consumer.shutdown()).await.is_err() {
+                log::warn!(
+                    "RocketMQ consumer shutdown took longer than {} s; going on",
+                    step.as_secs()
+                );
+            }
+            let _ = tokio::time::timeout(step, self.client_runtime.shutdown()).await;
+        });
+    }
+}
+
+impl Drop for RocketMqSource {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,411 @@
+//! The consumer runtime on a real MariaDB, fed by an in-memory source (the RocketMQ source has
+//! its own end-to-end tests): handled once per key, offsets only after the commit, per-queue
+//! order, retries, dead letters and their replay.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql::prelude::Queryable;
+use parking_lot::Mutex;
+
+use crate::support::{wait_until, TestDb};
+use outbox::consumer::dead_letter::{self, Selection};
+use outbox::consumer::{Consumer, ConsumerConfig, HandlerError, KeySource, Message, QueueRef, Source};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Messages handed out in order; commits recorded.
+#[derive(Default)]
+struct MemSource {
+    pending: Mutex<VecDeque<Message>>,
+    commits: Mutex<Vec<(QueueRef, u64, bool)>>,
+    persisted: AtomicUsize,
+    shut: AtomicBool,
+}
+
+impl MemSource {
+    fn with(messages: Vec<Message>) -> Arc<MemSource> {
+        let s = MemSource::default();
+        s.pending.lock().extend(messages);
+        Arc::new(s)
+    }
+
+    /// The highest offset committed per queue.
+    fn committed(&self) -> HashMap<QueueRef, u64> {
+        let mut out = HashMap::new();
+        for (q, o, _) in self.commits.lock().iter() {
+            let e = out.entry(q.clone()).or_insert(0);
+            *e = (*e).max(*o);
+        }
+        out
+    }
+}
+
+impl Source for MemSource {
+    fn poll(&self, timeout: Duration) -> outbox::Result<Vec<Message>> {
+        let batch: Vec<Message> = {
+            let mut p = self.pending.lock();
+            let n = p.len().min(16);
+            p.drain(..n).collect()
+        };
+        if batch.is_empty() {
+            std::thread::sleep(timeout.min(Duration::from_millis(20)));
+        }
+        Ok(batch)
+    }
+
+    fn commit(&self, next_offsets: &[(QueueRef, u64)], persist: bool) {
+        if persist {
+            self.persisted.fetch_add(1, SeqCst);
+        }
+        let mut c = self.commits.lock();
+        for (q, o) in next_offsets {
+            c.push((q.clone(), *o, persist));
+        }
+    }
+
+    fn shutdown(&self) {
+        self.shut.store(true, SeqCst);
+    }
+}
+
+fn queue(id: u32) -> QueueRef {
+    QueueRef {
+        topic: "orders".into(),
+        broker: "broker-a".into(),
+        queue_id: id,
+    }
+}
+
+/// An order event as the relay sends it: `eventKey`, `eventId`, `bizNo`, the order in the body.
+fn order_message(q: u32, offset: u64, key: &str, order: &str, amount: i64) -> Message {
+    let mut p = BTreeMap::new();
+    p.insert("eventKey".to_string(), key.to_string());
+    p.insert("eventId".to_string(), offset.to_string());
+    p.insert("bizNo".to_string(), order.to_string());
+    p.insert("eventType".to_string(), "ORDER_PAID".to_string());
+    Message::new(
+        queue(q),
+        offset,
+        Some(format!("MSG{q}-{offset}")),
+        Some("ORDER_PAID".into()),
+        p,
+        format!("{{\"order\":\"{order}\",\"amount\":{amount}}}").into_bytes(),
+    )
+}
+
+fn points_table(db: &TestDb) {
+    db.conn()
+        .query_drop(
+            "CREATE TABLE credits (order_no VARCHAR(32) NOT NULL, amount BIGINT NOT NULL, seq BIGINT AUTO_INCREMENT PRIMARY KEY)",
+        )
+        .unwrap();
+}
+
+/// The points service's handler: credits the order (one row per credit, so a double credit shows).
+fn credit(tx: &mut mysql::Transaction<'_>, msg: &Message) -> Result<(), HandlerError> {
+    let body: serde_json::Value = serde_json::from_slice(&msg.body)?;
+    tx.exec_drop(
+        "INSERT INTO credits (order_no, amount) VALUES (?, ?)",
+        (
+            body["order"].as_str().unwrap_or_default(),
+            body["amount"].as_i64().unwrap_or_default(),
+        ),
+    )?;
+    Ok(())
+}
+
+fn credits(db: &TestDb) -> Vec<(String, i64)> {
+    db.conn()
+        .query("SELECT order_no, amount FROM credits ORDER BY seq")
+        .unwrap()
+}
+
+fn config(group: &str) -> ConsumerConfig {
+    let mut c = ConsumerConfig::new(group);
+    c.threads = 3;
+    c.backoff_initial = Duration::from_millis(10);
+    c.backoff_max = Duration::from_millis(50);
+    c.replay_interval = Duration::from_millis(50);
+    c
+}
+
+#[test]
+fn every_key_is_handled_once_duplicates_are_counted_and_offsets_follow_the_commits() {
+    let db = TestDb::new("cons_once");
+    points_table(&db);
+    let mut msgs = Vec::new();
+    for q in 0..4u32 {
+        for o in 0..25u64 {
+            let order = format!("ORD-{q}-{o}");
+            msgs.push(order_message(q, o, &format!("key-{q}-{o}"), &order, 10));
+        }
+    }
+    // Copies: the first ten events of queue 0 again, later in the same queue (a redelivery).
+    for o in 0..10u64 {
+        msgs.push(order_message(
+            0,
+            25 + o,
+            &format!("key-0-{o}"),
+            &format!("ORD-0-{o}"),
+            10,
+        ));
+    }
+    let src = MemSource::with(msgs);
+    let consumer = Consumer::start(config("points"), db.pool.clone(), src.clone(), Arc::new(credit)).unwrap();
+    assert!(wait_until(LONG, || consumer.stats().processed
+        + consumer.stats().duplicates
+        == 110));
+    let stats = consumer.stop();
+    assert_eq!(
+        (stats.processed, stats.duplicates, stats.received),
+        (100, 10, 110),
+        "{stats:?}"
+    );
+    assert_eq!(stats.fallback_keys, 0);
+    let c = credits(&db);
+    assert_eq!(c.len(), 100, "one credit per order");
+    assert_eq!(c.iter().map(|(_, a)| a).sum::<i64>(), 1000);
+    let committed = src.committed();
+    assert_eq!(committed[&queue(0)], 35);
+    for q in 1..4 {
+        assert_eq!(committed[&queue(q)], 25, "queue {q}: next offset after the last");
+    }
+    assert!(src.persisted.load(SeqCst) > 0, "offsets stored at stop");
+    assert!(src.shut.load(SeqCst));
+    let marks: u64 = db
+        .conn()
+        .query_first("SELECT COUNT(*) FROM outbox_inbox")
+        .unwrap()
+        .unwrap();
+    assert_eq!(marks, 100);
+    let text = stats.prometheus("points");
+    assert!(
+        text.contains("outbox_consumer_duplicates_total{group=\"points\"} 10"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_queue_is_handled_in_offset_order_and_a_message_is_committed_only_after_its_transaction() {
+    let db = TestDb::new("cons_order");
+    points_table(&db);
+    // One key per order, each order's events in one queue: created, paid, shipped.
+    let mut msgs = Vec::new();
+    for q in 0..2u32 {
+        for o in 0..60u64 {
+            msgs.push(order_message(q, o, &format!("k{q}-{o}"), &format!("ORD-{q}"), o as i64));
+        }
+    }
+    let src = MemSource::with(msgs);
+    let seen: Arc<Mutex<HashMap<u32, Vec<u64>>>> = Arc::default();
+    let committed_when_handled: Arc<Mutex<Vec<(u32, u64, u64)>>> = Arc::default();
+    let (s2, c2, src2) = (seen.clone(), committed_when_handled.clone(), src.clone());
+    let handler = move |tx: &mut mysql::Transaction<'_>, m: &Message| -> Result<(), HandlerError> {
+        s2.lock().entry(m.queue.queue_id).or_default().push(m.offset);
+        let already = src2.committed().get(&m.queue).copied().unwrap_or(0);
+        c2.lock().push((m.queue.queue_id, m.offset, already));
+        credit(tx, m)
+    };
+    let consumer = Consumer::start(config("ordered"), db.pool.clone(), src.clone(), Arc::new(handler)).unwrap();
+    assert!(wait_until(LONG, || consumer.stats().processed == 120));
+    consumer.stop();
+    for (q, offsets) in seen.lock().iter() {
+        assert_eq!(offsets, &(0..60).collect::<Vec<u64>>(), "queue {q} in offset order");
+    }
+    for (q, o, committed) in committed_when_handled.lock().iter() {
+        assert!(
+            committed <= o,
+            "queue {q}: offset {committed} committed before message {o} was handled"
+        );
+    }
+    // Per order, the credits were written in event order.
+    for q in 0..2 {
+        let amounts: Vec<i64> = db
+            .conn()
+            .exec(
+                "SELECT amount FROM credits WHERE order_no = ? ORDER BY seq",
+                (format!("ORD-{q}"),),
+            )
+            .unwrap();
+        assert_eq!(amounts, (0..60).collect::<Vec<i64>>());
+    }
+}
+
+#[test]
+fn a_failing_handler_is_retried_then_parked_and_a_replay_handles_it_once() {
+    let db = TestDb::new("cons_dead");
+    points_table(&db);
+    let msgs = vec![
+        order_message(0, 0, "ok-1", "ORD-1", 5),
+        order_message(0, 1, "flaky", "ORD-2", 7),
+        order_message(0, 2, "poison", "ORD-3", 9),
+        order_message(0, 3, "ok-4", "ORD-4", 11),
+    ];
+    let src = MemSource::with(msgs);
+    let flaky_calls = Arc::new(AtomicUsize::new(0));
+    let poison_ok = Arc::new(AtomicBool::new(false));
+    let (f2, p2) = (flaky_calls.clone(), poison_ok.clone());
+    let handler = move |tx: &mut mysql::Transaction<'_>, m: &Message| -> Result<(), HandlerError> {
+        // Writes first, then fails: the rollback must undo the write and the mark.
+        credit(tx, m)?;
+        match m.key.as_str() {
+            "flaky" if f2.fetch_add(1, SeqCst) < 2 => Err("points service busy".into()),
+            "poison" if !p2.load(SeqCst) => Err(format!("order {} unknown", m.biz_no().unwrap()).into()),
+            _ => Ok(()),
+        }
+    };
+    let mut cfg = config("points-dl");
+    cfg.max_attempts = 3;
+    let consumer = Consumer::start(cfg, db.pool.clone(), src.clone(), Arc::new(handler)).unwrap();
+    assert!(wait_until(LONG, || {
+        let s = consumer.stats();
+        s.processed == 3 && s.dead_lettered == 1
+    }));
+    let s = consumer.stats();
+    assert_eq!(s.failed_attempts, 2 + 3, "{s:?}");
+    assert_eq!(flaky_calls.load(SeqCst), 3);
+    assert!(
+        wait_until(LONG, || src.committed().get(&queue(0)) == Some(&4)),
+        "the queue moved on past the parked message"
+    );
+    let orders: Vec<String> = credits(&db).into_iter().map(|(o, _)| o).collect();
+    assert_eq!(
+        orders,
+        ["ORD-1", "ORD-2", "ORD-4"],
+        "failed attempts left nothing behind"
+    );
+    // Listed with what an operator needs.
+    let dl = dead_letter::list(&db.pool, dead_letter::DEFAULT_TABLE, Some("points-dl"), None, 10).unwrap();
+    assert_eq!(dl.len(), 1);
+    let d = &dl[0];
+    assert_eq!(
+        (d.key.as_str(), d.attempts, d.queue_offset, d.status.as_str()),
+        ("poison", 3, Some(2), "DEAD")
+    );
+    assert!(d.last_error.contains("order ORD-3 unknown"), "{}", d.last_error);
+    // A replay while the handler still fails: back to DEAD with one more attempt.
+    assert_eq!(
+        dead_letter::request_replay(
+            &db.pool,
+            dead_letter::DEFAULT_TABLE,
+            "points-dl",
+            &Selection::All,
+            false
+        )
+        .unwrap(),
+        1
+    );
+    assert!(wait_until(LONG, || {
+        let dl = dead_letter::list(&db.pool, dead_letter::DEFAULT_TABLE, Some("points-dl"), None, 10).unwrap();
+        dl[0].status == "DEAD" && dl[0].attempts == 4
+    }));
+    // Fixed: the replay handles it once and removes the row.
+    poison_ok.store(true, SeqCst);
+    let ids = vec![d.id];
+    assert_eq!(
+        dead_letter::request_replay(
+            &db.pool,
+            dead_letter::DEFAULT_TABLE,
+            "points-dl",
+            &Selection::Ids(ids),
+            false
+        )
+        .unwrap(),
+        1
+    );
+    assert!(wait_until(LONG, || consumer.stats().replayed == 1));
+    let stats = consumer.stop();
+    assert_eq!(stats.dead_lettered, 1);
+    assert!(dead_letter::list(&db.pool, dead_letter::DEFAULT_TABLE, None, None, 10)
+        .unwrap()
+        .is_empty());
+    let orders: Vec<String> = credits(&db).into_iter().map(|(o, _)| o).collect();
+    assert_eq!(orders, ["ORD-1", "ORD-2", "ORD-4", "ORD-3"]);
+}
+
+#[test]
+fn two_consumers_given_the_same_messages_at_once_credit_each_order_once() {
+    let db = TestDb::new("cons_two");
+    points_table(&db);
+    let make = || {
+        (0..4u32)
+            .flat_map(|q| (0..50u64).map(move |o| order_message(q, o, &format!("k-{q}-{o}"), &format!("O{q}-{o}"), 1)))
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (MemSource::with(make()), MemSource::with(make()));
+    let ca = Consumer::start(config("points-2"), db.pool.clone(), a.clone(), Arc::new(credit)).unwrap();
+    let cb = Consumer::start(config("points-2"), db.pool.clone(), b.clone(), Arc::new(credit)).unwrap();
+    assert!(wait_until(LONG, || {
+        let (x, y) = (ca.stats(), cb.stats());
+        x.processed + x.duplicates == 200 && y.processed + y.duplicates == 200
+    }));
+    let (x, y) = (ca.stop(), cb.stop());
+    assert_eq!(x.processed + y.processed, 200, "{x:?} {y:?}");
+    assert_eq!(x.duplicates + y.duplicates, 200);
+    assert_eq!(
+        x.dead_lettered + y.dead_lettered + x.failed_attempts + y.failed_attempts,
+        0
+    );
+    let c = credits(&db);
+    assert_eq!(c.len(), 200);
+    let distinct: std::collections::HashSet<&String> = c.iter().map(|(o, _)| o).collect();
+    assert_eq!(distinct.len(), 200);
+}
+
+#[test]
+fn a_stop_during_retries_leaves_the_message_uncommitted_for_the_next_owner() {
+    let db = TestDb::new("cons_stop");
+    points_table(&db);
+    let src = MemSource::with(vec![order_message(0, 0, "a", "A", 1), order_message(0, 1, "b", "B", 1)]);
+    let handler = |tx: &mut mysql::Transaction<'_>, m: &Message| -> Result<(), HandlerError> {
+        credit(tx, m)?;
+        if m.key == "b" {
+            return Err("downstream unavailable".into());
+        }
+        Ok(())
+    };
+    let mut cfg = config("points-stop");
+    cfg.max_attempts = 1000;
+    let consumer = Consumer::start(cfg, db.pool.clone(), src.clone(), Arc::new(handler)).unwrap();
+    assert!(wait_until(LONG, || consumer.stats().failed_attempts >= 3));
+    let stats = consumer.stop();
+    assert_eq!(stats.processed, 1);
+    assert_eq!(src.committed()[&queue(0)], 1, "only the handled message's offset");
+    assert_eq!(credits(&db).len(), 1);
+}
+
+#[test]
+fn messages_without_an_event_key_fall_back_and_are_counted() {
+    let mut p = BTreeMap::new();
+    p.insert("eventId".to_string(), "42".to_string());
+    let m = Message::new(queue(1), 7, Some("M1".into()), None, p, b"x".to_vec());
+    assert_eq!((m.key.as_str(), m.key_source), ("orders#42", KeySource::EventId));
+    let m = Message::new(queue(1), 7, Some("M1".into()), None, BTreeMap::new(), b"x".to_vec());
+    assert_eq!((m.key.as_str(), m.key_source), ("msg:M1", KeySource::MessageId));
+}
+
+#[test]
+fn bad_settings_are_refused_naming_the_field() {
+    let db = TestDb::new("cons_cfg");
+    let src = MemSource::with(Vec::new());
+    let mut c = ConsumerConfig::new("points group");
+    let e = Consumer::start(c.clone(), db.pool.clone(), src.clone(), Arc::new(credit)).unwrap_err();
+    assert!(
+        e.to_string().contains("consumer_group") && e.to_string().contains("points group"),
+        "{e}"
+    );
+    c.group = "points".into();
+    c.threads = 0;
+    let e = Consumer::start(c.clone(), db.pool.clone(), src.clone(), Arc::new(credit)).unwrap_err();
+    assert!(e.to_string().contains("consumer.threads"), "{e}");
+    c.threads = 2;
+    c.dead_letter_table = "dl; DROP TABLE x".into();
+    let e = Consumer::start(c.clone(), db.pool.clone(), src.clone(), Arc::new(credit)).unwrap_err();
+    assert!(e.to_string().contains("inbox.dead_letter.table"), "{e}");
+    c.dead_letter_table = "no_such_table".into();
+    let e = Consumer::start(c, db.pool.clone(), src, Arc::new(credit)).unwrap_err();
+    assert!(e.to_string().contains("no_such_table"), "{e}");
+}
