@@ -164,6 +164,11 @@ typedef enum outbox_param_kind {
 typedef struct outbox_conf outbox_conf;
 
 /**
+ * A running consumer (`outbox_consumer_start`).
+ */
+typedef struct outbox_consumer outbox_consumer;
+
+/**
  * A started relay (or enqueue-only instance with `publisher=none`). Created by
  * `outbox_start`, stopped by `outbox_stop`, freed by `outbox_free`.
  */
@@ -173,6 +178,9 @@ typedef struct outbox_relay outbox_relay;
  * A database transaction owned by the library, holding one connection of the relay's pool.
  * Begun by `outbox_tx_begin`, ended by `outbox_tx_commit` or `outbox_tx_rollback`, always
  * freed by `outbox_tx_free` (which rolls back if it was not ended).
+ *
+ * A consumer's handler callback gets a borrowed one instead (`outbox_consumer_start`): the
+ * consumer's transaction, which the consumer commits or rolls back after the callback.
  */
 typedef struct outbox_tx outbox_tx;
 
@@ -209,6 +217,50 @@ typedef struct outbox_dead_letter {
  * call `outbox_stop` or `outbox_free` on its own relay.
  */
 typedef void (*outbox_dead_letter_cb)(void *user_data, const struct outbox_dead_letter *letter);
+
+/**
+ * A message as the consumer's handler callback sees it. Every pointer is valid only during the
+ * callback; copy what you keep. Strings are NUL-terminated UTF-8.
+ */
+typedef struct outbox_message {
+  /**
+   * The dedup key the consumer marked (the `eventKey` property).
+   */
+  const char *key;
+  const char *topic;
+  const char *broker;
+  uint32_t queue_id;
+  uint64_t queue_offset;
+  /**
+   * The broker's message id, or NULL.
+   */
+  const char *msg_id;
+  /**
+   * The tag, or NULL.
+   */
+  const char *tag;
+  /**
+   * The user properties as a JSON object of strings (`eventId`, `eventKey`, `eventType`,
+   * `bizNo`, headers).
+   */
+  const char *properties_json;
+  const uint8_t *body;
+  size_t body_len;
+} outbox_message;
+
+/**
+ * The consumer's handler: runs once per new key, inside the consumer's transaction `tx` (use it
+ * with `outbox_tx_execute` / `outbox_tx_query_int64`; do not commit, roll back or free it).
+ * Return 0 to commit the work with the inbox mark; non-zero to roll both back, and optionally
+ * write why into `err` (`err_size` bytes, NUL-terminated): the message is retried with backoff,
+ * then parked in the dead-letter table. It runs on the consumer's threads, several at once:
+ * it must be thread-safe.
+ */
+typedef int (*outbox_consume_cb)(void *user_data,
+                                 struct outbox_tx *tx,
+                                 const struct outbox_message *message,
+                                 char *err,
+                                 size_t err_size);
 
 /**
  * Receives one log record. `target` is the module that logged (`outbox::relay`,
@@ -376,6 +428,78 @@ void outbox_conf_free(struct outbox_conf *conf);
  * Thread safety: safe from any thread as long as the conf is not being changed meanwhile.
  */
 enum outbox_result outbox_migrate(const struct outbox_conf *conf, char *errstr, size_t errstr_size);
+
+/**
+ * Marks `event_key` as processed by `consumer_group` inside `tx` (claim first: call it before
+ * the handler's writes, in the same transaction). `table` is the inbox table (NULL: the default
+ * `outbox_inbox`). `topic` and `msg_id` may be NULL; `queue_id` and `queue_offset` are stored
+ * when not negative. On success `*out_is_new` is true when the key is new (now marked: do the
+ * work, then commit) and false when the group already processed it (a duplicate: do nothing;
+ * the transaction stays usable). If another transaction holds an uncommitted mark of the key,
+ * this waits for it to end. A bad group, key or table is `OUTBOX_ERR_INVALID_EVENT` /
+ * `OUTBOX_ERR_INVALID_VALUE` naming the field, and nothing is written.
+ *
+ * Works on a transaction from `outbox_tx_begin` and on the one a consumer callback receives
+ * (where the consumer has already marked the message's key: this is for other keys).
+ *
+ * Thread safety: not thread-safe for the same tx.
+ */
+enum outbox_result outbox_inbox_mark(struct outbox_tx *tx,
+                                     const char *table,
+                                     const char *consumer_group,
+                                     const char *event_key,
+                                     const char *topic,
+                                     int64_t queue_id,
+                                     int64_t queue_offset,
+                                     const char *msg_id,
+                                     bool *out_is_new);
+
+/**
+ * Starts a consumer of `topic` for `consumer_group`: it subscribes with RocketMQ
+ * (`rocketmq.namesrv` of `conf`), and for each message runs `handler` in a transaction on
+ * `db.url` that also holds the message's inbox mark (`outbox_inbox`; dead letters go to
+ * `outbox_inbox_dead_letter`: run `outbox_migrate` first). Offsets are committed only after the
+ * transaction commits. `conf` is only read (free it yourself). Needs the library built with the
+ * `rocketmq` feature, else `OUTBOX_ERR_PUBLISHER`. `errstr` as in `outbox_start`.
+ *
+ * Thread safety: safe from any thread.
+ */
+enum outbox_result outbox_consumer_start(const struct outbox_conf *conf,
+                                         const char *topic,
+                                         const char *consumer_group,
+                                         outbox_consume_cb handler,
+                                         void *user_data,
+                                         struct outbox_consumer **out_consumer,
+                                         char *errstr,
+                                         size_t errstr_size);
+
+/**
+ * Writes the consumer's counters as JSON into `buf` (`received`, `processed`, `duplicates`,
+ * `failed_attempts`, `dead_lettered`, `replayed`, `db_errors`, `fallback_keys`, `in_flight`,
+ * `lag` (null until known)). Buffer convention as in `outbox_stats`.
+ *
+ * Thread safety: safe from any thread, except concurrently with `outbox_consumer_free`.
+ */
+enum outbox_result outbox_consumer_stats(const struct outbox_consumer *consumer,
+                                         char *buf,
+                                         size_t len,
+                                         size_t *out_needed);
+
+/**
+ * Stops the consumer: no new messages, each handler thread finishes the message in hand,
+ * offsets are committed and stored, the consumer leaves its group. Blocks until then.
+ * Afterwards only `outbox_consumer_free` is allowed. Stopping twice: `OUTBOX_ERR_STOPPED`.
+ *
+ * Thread safety: not concurrently with other calls on the same consumer.
+ */
+enum outbox_result outbox_consumer_stop(struct outbox_consumer *consumer);
+
+/**
+ * Frees a consumer, stopping it first if needed. NULL is a no-op.
+ *
+ * Thread safety: not concurrently with other calls on the same consumer.
+ */
+void outbox_consumer_free(struct outbox_consumer *consumer);
 
 /**
  * Routes the library's log records to `cb` (process-wide), or back to the default (one line

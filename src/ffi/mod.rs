@@ -23,6 +23,7 @@ use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 mod conf;
+mod consumer;
 mod event;
 pub(crate) mod logging;
 pub(crate) mod owned_tx;
@@ -30,6 +31,7 @@ mod relay;
 mod tx;
 
 pub use conf::*;
+pub use consumer::*;
 pub use event::*;
 pub use logging::*;
 pub use relay::*;

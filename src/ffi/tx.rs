@@ -13,25 +13,62 @@ use crate::ffi::outbox_result::{self, *};
 /// A database transaction owned by the library, holding one connection of the relay's pool.
 /// Begun by `outbox_tx_begin`, ended by `outbox_tx_commit` or `outbox_tx_rollback`, always
 /// freed by `outbox_tx_free` (which rolls back if it was not ended).
+///
+/// A consumer's handler callback gets a borrowed one instead (`outbox_consumer_start`): the
+/// consumer's transaction, which the consumer commits or rolls back after the callback.
 pub struct outbox_tx {
-    shared: Arc<Shared>,
-    tx: Option<super::owned_tx::OwnedTx>,
+    kind: TxKind,
 }
 
-// The handle may move between threads (one call at a time).
-const _: () = {
-    const fn assert_send<T: Send>() {}
-    assert_send::<outbox_tx>();
-};
+enum TxKind {
+    /// Begun by `outbox_tx_begin` on a relay's pool; `None` once committed or rolled back.
+    Owned {
+        shared: Arc<Shared>,
+        tx: Option<super::owned_tx::OwnedTx>,
+    },
+    /// The consumer's transaction, lent to its handler callback for the callback's duration.
+    Borrowed(*mut mysql::Transaction<'static>),
+}
+
+// SAFETY: an owned tx is `Send` (its parts are); a borrowed one is only reachable from the
+// callback it was lent to, on the consumer thread that lent it.
+unsafe impl Send for outbox_tx {}
 
 impl outbox_tx {
-    fn live(&mut self) -> Result<&mut mysql::Transaction<'static>, Failure> {
-        self.tx.as_deref_mut().ok_or_else(|| {
-            Failure::new(
-                OUTBOX_ERR_TX_FINISHED,
-                "the transaction was already committed or rolled back",
-            )
-        })
+    /// A handle on `tx` for a consumer callback; valid while `tx` is.
+    pub(crate) fn borrowed(tx: &mut mysql::Transaction<'_>) -> outbox_tx {
+        let p = tx as *mut mysql::Transaction<'_> as *mut mysql::Transaction<'static>;
+        outbox_tx {
+            kind: TxKind::Borrowed(p),
+        }
+    }
+
+    pub(crate) fn live(&mut self) -> Result<&mut mysql::Transaction<'static>, Failure> {
+        match &mut self.kind {
+            // SAFETY: the consumer keeps the transaction alive while the callback runs.
+            TxKind::Borrowed(p) => Ok(unsafe { &mut **p }),
+            TxKind::Owned { tx, .. } => tx.as_deref_mut().ok_or_else(|| {
+                Failure::new(
+                    OUTBOX_ERR_TX_FINISHED,
+                    "the transaction was already committed or rolled back",
+                )
+            }),
+        }
+    }
+
+    /// The relay and the owned transaction, or an error for a consumer's transaction (which only
+    /// the consumer ends).
+    fn owned(&mut self, what: &str) -> Result<(&Arc<Shared>, &mut Option<super::owned_tx::OwnedTx>), Failure> {
+        match &mut self.kind {
+            TxKind::Owned { shared, tx } => Ok((shared, tx)),
+            TxKind::Borrowed(_) => Err(Failure::new(
+                OUTBOX_ERR_INVALID_ARGUMENT,
+                format!(
+                    "{what} is not allowed on a consumer's transaction: return 0 from the handler \
+                     callback to commit it, non-zero to roll it back"
+                ),
+            )),
+        }
     }
 }
 
@@ -50,7 +87,9 @@ pub unsafe extern "C" fn outbox_tx_begin(relay: *const outbox_relay, out_tx: *mu
         let shared = (*relay).shared.clone();
         shared.check_running()?;
         let tx = super::owned_tx::OwnedTx::begin(shared.relay.pool(), shared.relay.config())?;
-        *out_tx = Box::into_raw(Box::new(outbox_tx { shared, tx: Some(tx) }));
+        *out_tx = Box::into_raw(Box::new(outbox_tx {
+            kind: TxKind::Owned { shared, tx: Some(tx) },
+        }));
         Ok(())
     })
 }
@@ -139,8 +178,8 @@ pub unsafe extern "C" fn outbox_enqueue_in_tx(
     ffi_boundary!(nonnull(tx, event, out_event_id) {
         let ev = super::event::to_new_event(&*event)?;
         let tx = &mut *tx;
-        tx.shared.check_running()?;
-        let shared = tx.shared.clone();
+        let shared = tx.owned("outbox_enqueue_in_tx")?.0.clone();
+        shared.check_running()?;
         let id = shared.relay.enqueue_in_tx(tx.live()?, &ev)?;
         *out_event_id = id;
         Ok(())
@@ -158,10 +197,10 @@ pub unsafe extern "C" fn outbox_tx_commit(tx: *mut outbox_tx) -> outbox_result {
     ffi_boundary!(nonnull(tx) {
         let tx = &mut *tx;
         tx.live()?;
-        let t = tx.tx.take().expect("live");
-        t.commit()?;
-        if !tx.shared.stopped.load(std::sync::atomic::Ordering::SeqCst) {
-            tx.shared.relay.notify();
+        let (shared, t) = tx.owned("outbox_tx_commit")?;
+        t.take().expect("live").commit()?;
+        if !shared.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            shared.relay.notify();
         }
         Ok(())
     })
@@ -176,7 +215,7 @@ pub unsafe extern "C" fn outbox_tx_rollback(tx: *mut outbox_tx) -> outbox_result
     ffi_boundary!(nonnull(tx) {
         let tx = &mut *tx;
         tx.live()?;
-        tx.tx.take().expect("live").rollback()?;
+        tx.owned("outbox_tx_rollback")?.1.take().expect("live").rollback()?;
         Ok(())
     })
 }
@@ -190,7 +229,13 @@ pub unsafe extern "C" fn outbox_tx_rollback(tx: *mut outbox_tx) -> outbox_result
 pub unsafe extern "C" fn outbox_tx_free(tx: *mut outbox_tx) {
     ffi_boundary!(void, nonnull(tx) {
         let mut tx = Box::from_raw(tx);
-        if let Some(t) = tx.tx.take() {
+        if let TxKind::Borrowed(_) = tx.kind {
+            // Not ours to free: the consumer frees it after the callback. Leak the box back.
+            log::error!("outbox_tx_free called on a consumer's transaction; ignored");
+            let _ = Box::into_raw(tx);
+            return;
+        }
+        if let Some(t) = tx.owned("outbox_tx_free").ok().and_then(|(_, t)| t.take()) {
             // Dropping a transaction also rolls back, but ignores a failure silently.
             if let Err(e) = t.rollback() {
                 log::warn!("outbox_tx_free: rollback of an unfinished transaction failed: {e}");
