@@ -668,3 +668,68 @@ fn the_seed_profile_sets_the_seed_values_and_later_keys_override_them() {
     assert_eq!(value("claim.strategy"), "per-row");
     assert_eq!(value("max.retry"), "7", "a later key overrides the profile");
 }
+
+#[test]
+fn dead_letters_of_a_consumer_group_are_listed_replayed_and_discarded_by_the_cli() {
+    let db = TestDb::new("d_cdl");
+    db.conn()
+        .query_drop(
+            "INSERT INTO outbox_inbox_dead_letter (consumer_group, event_key, topic, queue_id, queue_offset, body, attempts, last_error) \
+             VALUES ('points', 'k-1', 'orders', 2, 40, 'x', 5, 'order unknown'), \
+                    ('points', 'k-2', 'orders', 2, 41, 'y', 5, 'order unknown'), \
+                    ('billing', 'k-1', 'orders', 1, 7, 'z', 5, 'no account')",
+        )
+        .unwrap();
+    let run = |args: &[&str]| -> (i32, String, String) {
+        out({
+            let mut c = outboxd(&db);
+            c.args(["dead-letters"]).args(args);
+            c
+        })
+    };
+    let (code, stdout, err) = run(&["list", "--consumer-group", "points", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "only the group's: {stdout}");
+    assert_eq!(rows[0]["event_key"], "k-1");
+    assert_eq!(rows[0]["queue_offset"], 40);
+    assert_eq!(rows[0]["last_error"], "order unknown");
+    let first = rows[0]["id"].as_u64().unwrap();
+    // Filters of the relay's dead letters do not apply to a consumer group's.
+    let (code, _, err) = run(&["list", "--consumer-group", "points", "--biz-no", "B"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, stdout, _) = run(&["replay", "--consumer-group", "points", "--all", "--dry-run"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("dry run: 2"), "{stdout}");
+    let (code, stdout, err) = run(&["replay", "--consumer-group", "points", "--id", &first.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("1 dead letter(s) of consumer group points"), "{stdout}");
+    let status = |key: &str, group: &str| -> String {
+        db.conn()
+            .exec_first(
+                "SELECT status FROM outbox_inbox_dead_letter WHERE event_key = ? AND consumer_group = ?",
+                (key, group),
+            )
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(status("k-1", "points"), "REPLAY");
+    assert_eq!(status("k-2", "points"), "DEAD");
+    assert_eq!(status("k-1", "billing"), "DEAD", "another group's row is untouched");
+    let (code, stdout, _) = run(&["discard", "--consumer-group", "points", "--all"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("2 dead letter(s) of consumer group points discarded"),
+        "{stdout}"
+    );
+    let left: u64 = db
+        .conn()
+        .query_first("SELECT COUNT(*) FROM outbox_inbox_dead_letter")
+        .unwrap()
+        .unwrap();
+    assert_eq!(left, 1);
+    let (code, _, err) = run(&["replay", "--consumer-group", "bad group", "--all"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("consumer_group"), "{err}");
+}

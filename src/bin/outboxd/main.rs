@@ -59,7 +59,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Dead letters (status FAIL): list, replay, discard.
+    /// Dead letters (status FAIL): list, replay, discard; with --consumer-group, a consumer group's
+    /// parked messages instead.
     DeadLetters {
         #[command(subcommand)]
         command: DeadCommand,
@@ -98,6 +99,13 @@ struct Filter {
     /// Dead-lettered before.
     #[arg(long, value_parser = time_bound)]
     until: Option<TimeBound>,
+    /// A consumer group's dead letters (messages its handler kept failing on, in the consumer
+    /// dead-letter table) instead of the relay's; with --id or --all.
+    #[arg(long, conflicts_with_all = ["event_type", "biz_no", "since", "until"])]
+    consumer_group: Option<String>,
+    /// The consumer dead-letter table (with --consumer-group).
+    #[arg(long, default_value = outbox::consumer::dead_letter::DEFAULT_TABLE)]
+    dead_letter_table: String,
 }
 
 impl Filter {
@@ -441,6 +449,12 @@ fn default_actor() -> String {
 
 fn dead_letters(config: &Config, command: DeadCommand) -> outbox::Result<()> {
     let pool = pool(config)?;
+    if let Some(group) = match &command {
+        DeadCommand::List { filter, .. } => filter.consumer_group.clone(),
+        DeadCommand::Replay(a) | DeadCommand::Discard(a) => a.filter.consumer_group.clone(),
+    } {
+        return consumer_dead_letters(&pool, &group, command);
+    }
     let (args, action) = match command {
         DeadCommand::List { filter, limit, json } => {
             let rows = admin::list_dead_letters(&pool, &config.table, &filter.to_filter(), limit)?;
@@ -502,6 +516,79 @@ fn dead_letters(config: &Config, command: DeadCommand) -> outbox::Result<()> {
         println!("dry run: {n} dead letter(s) would be {verb}");
     } else {
         println!("{n} dead letter(s) {verb} by {}", opts.actor);
+    }
+    Ok(())
+}
+
+/// `dead-letters ... --consumer-group G`: the consumer's parked messages. A replay hands them
+/// back to the group's running consumers (status REPLAY), which handle each once more.
+fn consumer_dead_letters(pool: &mysql::Pool, group: &str, command: DeadCommand) -> outbox::Result<()> {
+    use outbox::consumer::dead_letter as dl;
+    match command {
+        DeadCommand::List { filter, limit, json } => {
+            let table = &filter.dead_letter_table;
+            let ids: std::collections::HashSet<u64> = filter.ids.iter().copied().collect();
+            let rows: Vec<_> = dl::list(pool, table, Some(group), None, limit)?
+                .into_iter()
+                .filter(|d| ids.is_empty() || ids.contains(&d.id))
+                .collect();
+            if json {
+                let v: Vec<_> = rows
+                    .iter()
+                    .map(|d| {
+                        serde_json::json!({"id": d.id, "consumer_group": d.group, "event_key": d.key,
+                        "topic": d.topic, "broker": d.broker, "queue_id": d.queue_id, "queue_offset": d.queue_offset,
+                        "msg_id": d.msg_id, "attempts": d.attempts, "last_error": d.last_error,
+                        "status": d.status, "created_at": d.created_at})
+                    })
+                    .collect();
+                println!("{}", serde_json::Value::from(v));
+            } else {
+                for d in &rows {
+                    println!(
+                        "{:<10} {:<24} {:<7} {:<40} {}#{}:{} attempts {:<3} {}",
+                        d.id,
+                        d.created_at,
+                        d.status,
+                        d.key,
+                        d.topic,
+                        d.queue_id.map(|q| q.to_string()).unwrap_or_default(),
+                        d.queue_offset.map(|o| o.to_string()).unwrap_or_default(),
+                        d.attempts,
+                        d.last_error
+                    );
+                }
+                println!("{} dead letter(s) of consumer group {group}", rows.len());
+            }
+            Ok(())
+        }
+        DeadCommand::Replay(a) => act_on_consumer_dead_letters(pool, group, &a, true),
+        DeadCommand::Discard(a) => act_on_consumer_dead_letters(pool, group, &a, false),
+    }
+}
+
+fn act_on_consumer_dead_letters(pool: &mysql::Pool, group: &str, a: &BatchArgs, replay: bool) -> outbox::Result<()> {
+    use outbox::consumer::dead_letter::{self as dl, Selection};
+    let which = if a.filter.ids.is_empty() {
+        Selection::All
+    } else {
+        Selection::Ids(a.filter.ids.clone())
+    };
+    let table = &a.filter.dead_letter_table;
+    let n = if replay {
+        dl::request_replay(pool, table, group, &which, a.dry_run)?
+    } else {
+        dl::discard(pool, table, group, &which, a.dry_run)?
+    };
+    let verb = if replay {
+        "handed back to the group's consumers for a replay"
+    } else {
+        "discarded"
+    };
+    if a.dry_run {
+        println!("dry run: {n} dead letter(s) of consumer group {group} would be {verb}");
+    } else {
+        println!("{n} dead letter(s) of consumer group {group} {verb}");
     }
     Ok(())
 }

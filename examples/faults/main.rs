@@ -14,6 +14,9 @@
 //! nothing (the rows stay SUCCESS under the other owner, same claim token), the first
 //! instance's `outbox_stale_acks` metric shows them, and every event is delivered.
 //!
+//! `--points`: the points service (the consuming half): relays and consumer processes killed,
+//! the broker killed; every committed order credited exactly once (`points.rs`).
+//!
 //! The `outboxd` binary is the one next to this example's profile directory
 //! (`$CARGO_TARGET_DIR/<profile>/outboxd`); build it first:
 //! `cargo build --release --features rocketmq,daemon --bin outboxd`.
@@ -36,6 +39,8 @@ use rand::Rng;
 use outbox::rocketmq::testing;
 use outbox::NewEvent;
 
+mod points;
+
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const MARIADBD: &str = "/usr/sbin/mariadbd";
@@ -49,6 +54,8 @@ struct Args {
     db_restart: bool,
     broker_kill: bool,
     stale_claim: bool,
+    points: bool,
+    consumers: usize,
     cycles: usize,
     lease_ms: u64,
     kill_gap_ms: u64,
@@ -62,7 +69,7 @@ struct Args {
 
 fn usage() -> &'static str {
     "faults [--events N] [--instances K] [--kills N] [--writers W] [--no-db-restart] [--no-broker-kill]\n\
-     \x20      [--stale-claim [--cycles N]] [--lease-ms MS] [--kill-gap-ms MS] [--deadline-s S]\n\
+     \x20      [--stale-claim [--cycles N]] [--points [--consumers N]] [--lease-ms MS] [--kill-gap-ms MS] [--deadline-s S]\n\
      \x20      [--mysql URL-without-db] [--namesrv host:port] [--outboxd PATH] [--keep] [--set key=value]..."
 }
 
@@ -82,6 +89,8 @@ fn parse_args() -> Result<Args, String> {
         db_restart: true,
         broker_kill: true,
         stale_claim: false,
+        points: false,
+        consumers: 2,
         cycles: 3,
         lease_ms: 3000,
         kill_gap_ms: 3000,
@@ -112,6 +121,8 @@ fn parse_args() -> Result<Args, String> {
             "--no-db-restart" => a.db_restart = false,
             "--no-broker-kill" => a.broker_kill = false,
             "--stale-claim" => a.stale_claim = true,
+            "--points" => a.points = true,
+            "--consumers" => a.consumers = num("--consumers", value("--consumers")?)?,
             "--mysql" => a.server = value("--mysql")?,
             "--namesrv" => a.namesrv = value("--namesrv")?,
             "--outboxd" => a.outboxd = PathBuf::from(value("--outboxd")?),
@@ -166,6 +177,10 @@ fn host_of_url(url: &str) -> Option<String> {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--consume") {
+        let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).try_init();
+        std::process::exit(consume_main());
+    }
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("error")).try_init();
     let args = match parse_args() {
         Ok(a) => a,
@@ -174,7 +189,9 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let result = if args.stale_claim {
+    let result = if args.points {
+        points::points_run(&args)
+    } else if args.stale_claim {
         stale_claim(&args)
     } else {
         fault_run(&args)
@@ -188,6 +205,33 @@ fn main() {
         Err(e) => {
             eprintln!("faults failed: {e}");
             std::process::exit(1);
+        }
+    }
+}
+
+/// `faults --consume --db-url URL --namesrv ADDR --topic T --group G --stats-file PATH`: one
+/// consumer process of the `--points` run.
+fn consume_main() -> i32 {
+    let mut flags: HashMap<String, String> = HashMap::new();
+    let mut it = std::env::args().skip(2);
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        flags.insert(k, v);
+    }
+    let get = |k: &str| flags.get(k).cloned().ok_or_else(|| format!("--consume needs {k}"));
+    let run = || -> Res<()> {
+        points::consume(
+            &get("--db-url")?,
+            &get("--namesrv")?,
+            &get("--topic")?,
+            &get("--group")?,
+            &get("--stats-file")?,
+        )
+    };
+    match run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("consumer failed: {e}");
+            1
         }
     }
 }
