@@ -203,6 +203,10 @@ pub struct ConsumerConfig {
     pub replay_interval: Duration,
     /// Messages waiting per handler thread before the poller waits.
     pub queue_capacity: usize,
+    /// Mark each key in the inbox before the handler runs (the default). Off, every copy runs
+    /// the handler: only for handlers that are idempotent by themselves (and to measure what the
+    /// inbox costs).
+    pub inbox: bool,
 }
 
 impl ConsumerConfig {
@@ -218,6 +222,7 @@ impl ConsumerConfig {
             persist_interval: Duration::from_secs(1),
             replay_interval: Duration::from_secs(2),
             queue_capacity: 256,
+            inbox: true,
         }
     }
 
@@ -789,10 +794,11 @@ fn run_in(
             }
         }
     };
-    let new = inner
-        .inbox
-        .mark(&mut tx, &inner.config.group, &msg.key, &msg.meta())
-        .map_err(db)?;
+    let new = !inner.config.inbox
+        || inner
+            .inbox
+            .mark(&mut tx, &inner.config.group, &msg.key, &msg.meta())
+            .map_err(db)?;
     if new {
         inner.handler.handle(&mut tx, msg).map_err(classify_handler_error)?;
     }

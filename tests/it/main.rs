@@ -3,6 +3,8 @@
 mod admin;
 mod bad_input;
 mod consumer;
+#[cfg(feature = "rocketmq")]
+mod consumer_e2e;
 #[cfg(feature = "daemon")]
 mod daemon;
 mod event_key;

@@ -79,7 +79,7 @@ impl Drop for BrokerRestorer {
     }
 }
 
-fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     format!("{prefix}_{:08x}", rand::random::<u32>())
 }
 
