@@ -13,7 +13,8 @@
 //!   with exponential backoff (the queue waits); after `max_attempts` the message is parked in
 //!   the dead-letter table and the queue moves on. Database failures (connection lost, lock wait
 //!   timeout, deadlock, also inside the handler) are retried without using an attempt;
-//! - the **replayer** handles the group's dead letters an operator asked to replay.
+//! - the **replayer** handles the group's dead letters an operator asked to replay, and deletes
+//!   inbox marks past their retention (7 days by default).
 //!
 //! **Offsets move only after the database commit**: a message's offset is committed to the
 //! source once its transaction committed (processed), its mark was found (duplicate) or it was
@@ -203,6 +204,11 @@ pub struct ConsumerConfig {
     pub replay_interval: Duration,
     /// Messages waiting per handler thread before the poller waits.
     pub queue_capacity: usize,
+    /// How long marks are kept: the replayer deletes older ones (in small batches, every
+    /// `retention_interval`). `None` keeps them (purge them yourself). Default: 7 days
+    /// ([`crate::inbox::DEFAULT_RETENTION`]); never shorter than the broker's redelivery span.
+    pub retention: Option<Duration>,
+    pub retention_interval: Duration,
     /// Mark each key in the inbox before the handler runs (the default). Off, every copy runs
     /// the handler: only for handlers that are idempotent by themselves (and to measure what the
     /// inbox costs).
@@ -222,6 +228,8 @@ impl ConsumerConfig {
             persist_interval: Duration::from_secs(1),
             replay_interval: Duration::from_secs(2),
             queue_capacity: 256,
+            retention: Some(crate::inbox::DEFAULT_RETENTION),
+            retention_interval: Duration::from_secs(60),
             inbox: true,
         }
     }
@@ -250,7 +258,15 @@ impl ConsumerConfig {
         if self.queue_capacity == 0 {
             return bad("consumer.queue.capacity", "0".into(), "must be at least 1");
         }
-        if self.persist_interval.is_zero() || self.replay_interval.is_zero() {
+        if self.retention.is_some_and(|r| r < Duration::from_secs(3600)) {
+            return bad(
+                "inbox.retention",
+                format!("{:?}", self.retention.unwrap_or_default()),
+                "must be at least 1 h: RocketMQ redelivers an unacknowledged message for hours, and a copy \
+                 arriving after its mark is deleted is handled again",
+            );
+        }
+        if self.persist_interval.is_zero() || self.replay_interval.is_zero() || self.retention_interval.is_zero() {
             return bad(
                 "consumer.interval",
                 "0".into(),
@@ -831,9 +847,25 @@ fn classify_handler_error(e: HandlerError) -> Failure {
     }
 }
 
-/// Handles the group's dead letters an operator asked to replay, one per transaction.
+/// Handles the group's dead letters an operator asked to replay, one per transaction; and
+/// deletes marks past their retention.
 fn replay_loop(inner: &Inner) {
+    let mut last_purge: Option<Instant> = None;
     while inner.pause(inner.config.replay_interval) {
+        if let Some(keep) = inner.config.retention {
+            if last_purge.is_none_or(|t| t.elapsed() >= inner.config.retention_interval) {
+                last_purge = Some(Instant::now());
+                if let Err(e) = inner.inbox.purge(
+                    &inner.pool,
+                    keep,
+                    crate::inbox::DEFAULT_PURGE_BATCH,
+                    crate::inbox::DEFAULT_PURGE_TIME_LIMIT,
+                ) {
+                    inner.counters.db_errors.fetch_add(1, Relaxed);
+                    inner.warn("retention", || format!("deleting marks past retention failed: {e}"));
+                }
+            }
+        }
         loop {
             if inner.stopping() {
                 return;

@@ -409,3 +409,29 @@ fn bad_settings_are_refused_naming_the_field() {
     let e = Consumer::start(c, db.pool.clone(), src, Arc::new(credit)).unwrap_err();
     assert!(e.to_string().contains("no_such_table"), "{e}");
 }
+
+#[test]
+fn the_runtime_deletes_marks_past_their_retention_and_keeps_the_others() {
+    let db = TestDb::new("cons_ret");
+    points_table(&db);
+    db.conn()
+        .query_drop(
+            "INSERT INTO outbox_inbox (consumer_group, event_key, processed_at) VALUES \
+             ('points-ret', 'old-1', NOW(3) - INTERVAL 8 DAY), ('points-ret', 'old-2', NOW(3) - INTERVAL 30 DAY), \
+             ('points-ret', 'recent', NOW(3) - INTERVAL 6 DAY)",
+        )
+        .unwrap();
+    let src = MemSource::with(vec![order_message(0, 0, "new", "ORD-N", 1)]);
+    let consumer = Consumer::start(config("points-ret"), db.pool.clone(), src, Arc::new(credit)).unwrap();
+    let keys = || -> Vec<String> {
+        db.conn()
+            .query("SELECT CAST(event_key AS CHAR) FROM outbox_inbox ORDER BY event_key")
+            .unwrap()
+    };
+    assert!(wait_until(LONG, || keys() == ["new", "recent"]), "{:?}", keys());
+    consumer.stop();
+    let mut short = config("points-ret");
+    short.retention = Some(Duration::from_secs(60));
+    let e = Consumer::start(short, db.pool.clone(), MemSource::with(Vec::new()), Arc::new(credit)).unwrap_err();
+    assert!(e.to_string().contains("inbox.retention"), "{e}");
+}
