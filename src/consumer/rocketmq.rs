@@ -13,7 +13,6 @@ use parking_lot::Mutex;
 use rocketmq_client_rust::{ClientRuntime, ClientRuntimeConfig, DefaultLitePullConsumer};
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_queue::MessageQueue;
-use rocketmq_model::common::message::MessageTrait;
 use rocketmq_observability::TelemetryRuntimeGuard;
 use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 
