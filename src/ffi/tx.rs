@@ -37,7 +37,7 @@ unsafe impl Send for outbox_tx {}
 impl outbox_tx {
     /// A handle on `tx` for a consumer callback; valid while `tx` is.
     pub(crate) fn borrowed(tx: &mut mysql::Transaction<'_>) -> outbox_tx {
-        let p = tx as *mut mysql::Transaction<'_> as *mut mysql::Transaction<'static>;
+        let p: *mut mysql::Transaction<'static> = (tx as *mut mysql::Transaction<'_>).cast();
         outbox_tx {
             kind: TxKind::Borrowed(p),
         }

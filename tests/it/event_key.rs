@@ -130,8 +130,7 @@ fn a_relay_refuses_a_table_without_the_key_column_naming_it() {
     let err = outbox::Relay::builder(cfg)
         .publisher(crate::support::Recorder::new())
         .start()
-        .err()
-        .expect("a table without event_key is refused");
+        .expect_err("a table without event_key is refused");
     let text = err.to_string();
     assert!(text.contains("event_key") && text.contains("V9"), "{text}");
 }
