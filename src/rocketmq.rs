@@ -98,9 +98,9 @@ const NO_ROUTE: &str = "no route for the topic";
 /// or for the default topic shows a live broker.
 const AUTO_CREATE_TOPIC: &str = "TBW102";
 
-/// How long the route of an ordered topic is reused before the name server is asked again (a
-/// broker that dies meanwhile is found by its refused connections; one that returns waits this
-/// long at most).
+/// How long the route of an ordered topic is reused before the name server is asked again, in
+/// the background (a broker that dies meanwhile is found by its refused connections; one that
+/// returns waits about this long).
 const ROUTE_TTL: Duration = Duration::from_secs(3);
 
 /// Queues per broker of an ordered topic the publisher creates itself (only where the brokers
@@ -122,7 +122,11 @@ pub struct RocketMqPublisher {
     /// to the queue its biz_no hashes to among them (see [`crate::ordering`]).
     book: Option<QueueBook>,
     /// Ordered topics: the queues of the route as last fetched, and when.
-    routes: parking_lot::Mutex<HashMap<String, (Instant, Vec<QueueRef>)>>,
+    /// A route past [`ROUTE_TTL`] is still used while one background lookup refreshes it, so no
+    /// send waits for the name server except the first of a topic (and after a failure).
+    routes: Arc<parking_lot::Mutex<HashMap<String, (Instant, Vec<QueueRef>)>>>,
+    /// Topics whose route a background lookup is refreshing now.
+    refreshing: Arc<parking_lot::Mutex<HashSet<String>>>,
     /// Ordered topics this publisher already tried to create.
     created: parking_lot::Mutex<HashSet<String>>,
     namesrv: String,
@@ -234,7 +238,8 @@ impl RocketMqPublisher {
             })),
             tag_source: rc.tag_source,
             book,
-            routes: parking_lot::Mutex::new(HashMap::new()),
+            routes: Arc::new(parking_lot::Mutex::new(HashMap::new())),
+            refreshing: Arc::new(parking_lot::Mutex::new(HashSet::new())),
             created: parking_lot::Mutex::new(HashSet::new()),
             namesrv: rc.namesrv.clone(),
             producer_group: rc.producer_group.clone(),
@@ -591,9 +596,10 @@ impl RocketMqPublisher {
         deadline: Instant,
     ) -> std::result::Result<Vec<QueueRef>, SendError> {
         if let Some((at, qs)) = self.routes.lock().get(topic) {
-            if at.elapsed() < ROUTE_TTL {
-                return Ok(qs.clone());
+            if at.elapsed() >= ROUTE_TTL {
+                self.refresh_route_in_background(live, topic);
             }
+            return Ok(qs.clone());
         }
         let fetch = |topic: &str| -> std::result::Result<Vec<QueueRef>, SendError> {
             let budget = deadline.saturating_duration_since(Instant::now());
@@ -641,6 +647,38 @@ impl RocketMqPublisher {
 }
 
 impl RocketMqPublisher {
+    /// Looks `topic`'s route up again on the publisher's runtime, without waiting for it: the
+    /// caller goes on with the cached route. One lookup per topic at a time; a lookup that fails
+    /// or finds no queue leaves the cached route as it was (a dead broker is noticed by its
+    /// refused connections, which drop the route).
+    fn refresh_route_in_background(&self, live: &Live, topic: &str) {
+        if !self.refreshing.lock().insert(topic.to_string()) {
+            return;
+        }
+        let (routes, refreshing) = (self.routes.clone(), self.refreshing.clone());
+        let mut producer = live.producer.clone();
+        let topic = topic.to_string();
+        live.owner.block_on(async move {
+            tokio::spawn(async move {
+                let found = tokio::time::timeout(ROUTE_TTL, producer.fetch_publish_message_queues(&topic)).await;
+                if let Ok(Ok(qs)) = found {
+                    let mut qs: Vec<QueueRef> = qs
+                        .iter()
+                        .map(|q| QueueRef {
+                            broker: q.broker_name().to_string(),
+                            queue_id: q.queue_id().max(0) as u32,
+                        })
+                        .collect();
+                    if !qs.is_empty() {
+                        qs.sort();
+                        routes.lock().insert(topic.clone(), (Instant::now(), qs));
+                    }
+                }
+                refreshing.lock().remove(&topic);
+            });
+        });
+    }
+
     /// Sends that found no route to their topic are the broker's absence (no attempt used) when
     /// no topic has a route, and a topic that does not exist (an attempt, so the row ends FAIL)
     /// when the name server has a route for the default topic or the auto-create topic while

@@ -5,7 +5,7 @@
 //!
 //! [`Consumer`]: super::Consumer
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +62,8 @@ pub struct RocketMqSource {
     _telemetry: TelemetryRuntimeGuard,
     /// Message queues by our queue reference (commits need the client's own value).
     queues: Mutex<HashMap<QueueRef, MessageQueue>>,
+    /// The next offset to consume per queue, as committed by the consumer.
+    committed: Mutex<HashMap<MessageQueue, i64>>,
     closed: Mutex<bool>,
 }
 
@@ -121,6 +123,7 @@ impl RocketMqSource {
             consumer,
             _telemetry: telemetry,
             queues: Mutex::new(HashMap::new()),
+            committed: Mutex::new(HashMap::new()),
             closed: Mutex::new(false),
         })
     }
@@ -161,23 +164,30 @@ impl Source for RocketMqSource {
     }
 
     fn commit(&self, next_offsets: &[(QueueRef, u64)], persist: bool) {
+        // Only offsets given here are ever handed to the client: its own "commit the assigned
+        // queues" calls would commit how far it has *pulled*, past messages not yet handled.
         let map: HashMap<MessageQueue, i64> = {
             let queues = self.queues.lock();
-            next_offsets
-                .iter()
-                .filter_map(|(q, o)| queues.get(q).map(|mq| (mq.clone(), (*o).min(i64::MAX as u64) as i64)))
-                .collect()
-        };
-        if map.is_empty() {
-            if persist {
-                // Stores what was committed in memory before (a queue already balanced away is
-                // skipped by the client).
-                let all: HashSet<MessageQueue> = self.queues.lock().values().cloned().collect();
-                self.owner.block_on(self.consumer.commit_with_set(all, true));
+            let mut committed = self.committed.lock();
+            for (q, o) in next_offsets {
+                if let Some(mq) = queues.get(q) {
+                    committed.insert(mq.clone(), (*o).min(i64::MAX as u64) as i64);
+                }
             }
-            return;
+            if persist {
+                committed.clone()
+            } else {
+                next_offsets
+                    .iter()
+                    .filter_map(|(q, _)| queues.get(q).and_then(|mq| committed.get_key_value(mq)))
+                    .map(|(mq, o)| (mq.clone(), *o))
+                    .collect()
+            }
+        };
+        if !map.is_empty() {
+            // A queue balanced away meanwhile is skipped by the client.
+            self.owner.block_on(self.consumer.commit_with_map(map, persist));
         }
-        self.owner.block_on(self.consumer.commit_with_map(map, persist));
     }
 
     fn lag(&self) -> Option<u64> {
