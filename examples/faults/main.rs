@@ -418,18 +418,7 @@ impl Instance {
 
     /// SIGTERM (drain), then SIGKILL if it has not exited within `limit`.
     fn stop(&mut self, limit: Duration) -> Res<Option<i32>> {
-        self.signal(libc::SIGCONT);
-        self.signal(libc::SIGTERM);
-        let end = Instant::now() + limit;
-        while Instant::now() < end {
-            if let Some(s) = self.child.try_wait()? {
-                return Ok(s.code());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("  {} did not stop within {limit:?}; killing it", self.id);
-        self.sigkill()?;
-        Ok(None)
+        stop_child(&mut self.child, &self.id, limit)
     }
 
     /// A counter from the instance's /metrics (`name` without the `_total` suffix).
@@ -455,6 +444,28 @@ impl Drop for Instance {
             let _ = self.child.wait();
         }
     }
+}
+
+/// SIGCONT and SIGTERM (a clean stop), then SIGKILL if `child` has not exited within `limit`;
+/// its exit code, `None` when it had to be killed.
+fn stop_child(child: &mut Child, id: &str, limit: Duration) -> Res<Option<i32>> {
+    for sig in [libc::SIGCONT, libc::SIGTERM] {
+        // SAFETY: plain kill(2) on the pid of a child we own and have not reaped.
+        unsafe {
+            libc::kill(child.id() as i32, sig);
+        }
+    }
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if let Some(s) = child.try_wait()? {
+            return Ok(s.code());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("  {id} did not stop within {limit:?}; killing it");
+    child.kill()?;
+    child.wait()?;
+    Ok(None)
 }
 
 fn free_port() -> Res<u16> {

@@ -22,7 +22,7 @@ use rand::Rng;
 use outbox::consumer::rocketmq::{RocketMqSource, SourceConfig};
 use outbox::consumer::{Consumer, ConsumerConfig, ConsumerStats, HandlerError, Message};
 
-use super::{script, start_broker, start_writers, tail, Args, Env, Instance, Res};
+use super::{script, start_broker, start_writers, stop_child, tail, Args, Env, Instance, Res};
 
 /// The consumer group of the points service.
 const GROUP_PREFIX: &str = "points";
@@ -117,20 +117,7 @@ impl ConsumerProc {
     }
 
     fn stop(&mut self, limit: Duration) -> Res<Option<i32>> {
-        // SAFETY: kill(2) on the pid of a child we own and have not reaped.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let end = Instant::now() + limit;
-        while Instant::now() < end {
-            if let Some(s) = self.child.try_wait()? {
-                return Ok(s.code());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("  {} did not stop within {limit:?}; killing it", self.id);
-        self.sigkill()?;
-        Ok(None)
+        stop_child(&mut self.child, &self.id, limit)
     }
 }
 

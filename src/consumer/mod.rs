@@ -816,7 +816,23 @@ fn run_in(
             .mark(&mut tx, &inner.config.group, &msg.key, &msg.meta())
             .map_err(db)?;
     if new {
-        inner.handler.handle(&mut tx, msg).map_err(classify_handler_error)?;
+        // A handler that panics fails this attempt like an error (its thread, and so its queues,
+        // go on); the transaction is rolled back when dropped.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.handler.handle(&mut tx, msg)));
+        match ran {
+            Ok(result) => result.map_err(classify_handler_error)?,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                return Err(Failure::Handler {
+                    error: format!("the handler panicked: {what}"),
+                    poison: false,
+                });
+            }
+        }
     }
     if let Some(id) = replay {
         dead_letter::delete(&mut tx, &inner.config.dead_letter_table, id).map_err(db)?;

@@ -3,9 +3,14 @@
 #ifndef OUTBOX_TEST_HARNESS_H
 #define OUTBOX_TEST_HARNESS_H
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "outbox.h"
 
@@ -51,6 +56,20 @@ __attribute__((unused)) static const char *last_error(void) {
     snprintf(buf, sizeof buf, "<message of %zu bytes does not fit>", needed);
   }
   return buf;
+}
+
+/* Whether a RocketMQ name server listens on 127.0.0.1:9876 (tests that need the broker skip
+ * themselves, with the reason, when none does). */
+__attribute__((unused)) static bool namesrv_listening(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(9876);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  close(fd);
+  return ok;
 }
 
 static const char *db_url(void) {

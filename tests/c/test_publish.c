@@ -11,18 +11,6 @@
 
 #include "harness.h"
 
-static bool namesrv_listening(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(9876);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-  close(fd);
-  return ok;
-}
-
 static int64_t count_status(outbox_relay *r, const char *biz_no, const char *status) {
   outbox_tx *tx = NULL;
   outbox_param ps[2] = {{0}, {0}};

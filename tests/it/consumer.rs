@@ -435,3 +435,37 @@ fn the_runtime_deletes_marks_past_their_retention_and_keeps_the_others() {
     let e = Consumer::start(short, db.pool.clone(), MemSource::with(Vec::new()), Arc::new(credit)).unwrap_err();
     assert!(e.to_string().contains("inbox.retention"), "{e}");
 }
+
+#[test]
+fn a_handler_that_panics_is_retried_and_parked_while_its_queue_goes_on() {
+    let db = TestDb::new("cons_panic");
+    points_table(&db);
+    let src = MemSource::with(vec![
+        order_message(0, 0, "boom", "ORD-P", 1),
+        order_message(0, 1, "fine", "ORD-F", 2),
+    ]);
+    let handler = |tx: &mut mysql::Transaction<'_>, m: &Message| -> Result<(), HandlerError> {
+        if m.key == "boom" {
+            panic!("bug in the handler for {}", m.key);
+        }
+        credit(tx, m)
+    };
+    let mut cfg = config("points-panic");
+    cfg.max_attempts = 2;
+    let consumer = Consumer::start(cfg, db.pool.clone(), src.clone(), Arc::new(handler)).unwrap();
+    assert!(wait_until(LONG, || {
+        let s = consumer.stats();
+        s.dead_lettered == 1 && s.processed == 1
+    }));
+    let stats = consumer.stop();
+    assert_eq!(stats.failed_attempts, 2);
+    let dl = dead_letter::list(&db.pool, dead_letter::DEFAULT_TABLE, Some("points-panic"), None, 10).unwrap();
+    assert!(
+        dl[0]
+            .last_error
+            .contains("the handler panicked: bug in the handler for boom"),
+        "{}",
+        dl[0].last_error
+    );
+    assert_eq!(credits(&db), [("ORD-F".to_string(), 2)]);
+}
