@@ -107,6 +107,9 @@ const ROUTE_TTL: Duration = Duration::from_secs(3);
 /// create topics on first use, as a first send would).
 const ORDERED_TOPIC_QUEUES: i32 = 8;
 
+/// Ordered topics' routes: the queues as last fetched, and when.
+type Routes = HashMap<String, (Instant, Vec<QueueRef>)>;
+
 struct Live {
     owner: RuntimeOwner,
     client_runtime: Arc<ClientRuntime>,
@@ -124,7 +127,7 @@ pub struct RocketMqPublisher {
     /// Ordered topics: the queues of the route as last fetched, and when.
     /// A route past [`ROUTE_TTL`] is still used while one background lookup refreshes it, so no
     /// send waits for the name server except the first of a topic (and after a failure).
-    routes: Arc<parking_lot::Mutex<HashMap<String, (Instant, Vec<QueueRef>)>>>,
+    routes: Arc<parking_lot::Mutex<Routes>>,
     /// Topics whose route a background lookup is refreshing now.
     refreshing: Arc<parking_lot::Mutex<HashSet<String>>>,
     /// Ordered topics this publisher already tried to create.
