@@ -4,7 +4,7 @@
 //! of the configuration parser and of event validation.
 //!
 //! A database that disappears mid-run is covered by the long fault suite (`scripts/faults`,
-//! `examples/faults.rs`), which restarts MariaDB under load.
+//! `examples/faults/`), which restarts MariaDB under load.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
