@@ -250,21 +250,7 @@ pub fn migrate_inbox(pool: &Pool, table: &str) -> Result<()> {
 
 /// The `CREATE TABLE IF NOT EXISTS` of migration V8 for `table` (already validated).
 fn inbox_ddl(table: &str) -> String {
-    let v8 = crate::migrate::MIGRATIONS
-        .iter()
-        .find(|m| m.version == 8)
-        .expect("migration V8 creates the inbox");
-    let sql: String = v8
-        .sql
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let prefix = format!("CREATE TABLE IF NOT EXISTS {DEFAULT_TABLE} (");
-    debug_assert!(sql.contains(&prefix));
-    sql.trim()
-        .trim_end_matches(';')
-        .replacen(&prefix, &format!("CREATE TABLE IF NOT EXISTS {table} ("), 1)
+    crate::migrate::create_table_ddl(8, DEFAULT_TABLE, table)
 }
 
 /// Deletes the marks of `table` processed more than `older_than` ago, oldest first, `batch` rows

@@ -97,6 +97,27 @@ pub fn lock_cost(version: u32) -> &'static str {
     }
 }
 
+/// The `CREATE TABLE IF NOT EXISTS` of migration `version` (which creates `default_table`), with
+/// its comments removed, for `table` (already validated): how a table of another name gets the
+/// same DDL (the inbox, the consumer's dead letters).
+pub(crate) fn create_table_ddl(version: u32, default_table: &str, table: &str) -> String {
+    let m = MIGRATIONS
+        .iter()
+        .find(|m| m.version == version)
+        .expect("a migration of this version exists");
+    let sql: String = m
+        .sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let prefix = format!("CREATE TABLE IF NOT EXISTS {default_table} (");
+    debug_assert!(sql.contains(&prefix));
+    sql.trim()
+        .trim_end_matches(';')
+        .replacen(&prefix, &format!("CREATE TABLE IF NOT EXISTS {table} ("), 1)
+}
+
 /// Checksums of earlier texts of a migration, accepted as applied without a warning. V2 once
 /// also widened the time columns (a table copy on a seed-era table); that moved to V7 so such a
 /// table is copied once.
@@ -357,5 +378,16 @@ mod tests {
         for m in MIGRATIONS {
             assert_ne!(lock_cost(m.version), "not documented", "V{}", m.version);
         }
+    }
+
+    #[test]
+    fn a_created_table_gets_another_name_without_comments() {
+        let ddl = create_table_ddl(10, "outbox_inbox_dead_letter", "points_dead");
+        assert!(ddl.starts_with("CREATE TABLE IF NOT EXISTS points_dead ("), "{ddl}");
+        assert!(!ddl.contains("outbox_inbox_dead_letter") && !ddl.contains("--") && !ddl.ends_with(';'));
+        assert!(
+            ddl.contains("KEY idx_dead_letter_group_status (consumer_group, status, id)"),
+            "{ddl}"
+        );
     }
 }

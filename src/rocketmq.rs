@@ -156,6 +156,26 @@ impl fmt::Debug for RocketMqPublisher {
     }
 }
 
+/// A Tokio runtime of its own (2 threads) with the client's runtime on it as `component`: the
+/// client never creates one. `Err` says which step failed.
+pub(crate) fn client_runtime(
+    name: &'static str,
+    component: &'static str,
+) -> std::result::Result<(RuntimeOwner, TelemetryRuntimeGuard, Arc<ClientRuntime>), (&'static str, String)> {
+    let owner = RuntimeOwner::plan(RuntimeConfig::for_parallelism(name, 2))
+        .map_err(|e| ("runtime configuration", e.to_string()))?
+        .build()
+        .map_err(|e| ("runtime", e.to_string()))?;
+    let telemetry = TelemetryRuntimeGuard::noop();
+    let client_runtime = ClientRuntime::try_new(
+        owner.root_context().component(component),
+        ClientRuntimeConfig::default(),
+        telemetry.handle(),
+    )
+    .map_err(|e| ("client runtime", describe(&e)))?;
+    Ok((owner, telemetry, client_runtime))
+}
+
 fn publisher_error(what: &str, e: impl fmt::Display) -> Error {
     Error::Publisher(format!("RocketMQ {what}: {e}"))
 }
@@ -165,18 +185,8 @@ impl RocketMqPublisher {
     /// the producer. Nothing is sent yet; the first send looks up the topic's route.
     pub fn start(config: &Config) -> Result<RocketMqPublisher> {
         let rc = &config.rocketmq;
-        let runtime_config = RuntimeConfig::for_parallelism("outbox-rocketmq", 2);
-        let owner = RuntimeOwner::plan(runtime_config)
-            .map_err(|e| publisher_error("runtime configuration", e))?
-            .build()
-            .map_err(|e| publisher_error("runtime", e))?;
-        let telemetry = TelemetryRuntimeGuard::noop();
-        let client_runtime = ClientRuntime::try_new(
-            owner.root_context().component("outbox-rocketmq-client"),
-            ClientRuntimeConfig::default(),
-            telemetry.handle(),
-        )
-        .map_err(|e| publisher_error("client runtime", describe(&e)))?;
+        let (owner, telemetry, client_runtime) = client_runtime("outbox-rocketmq", "outbox-rocketmq-client")
+            .map_err(|(what, e)| publisher_error(what, e))?;
 
         let mut client_config = ClientConfig::new();
         // A distinct instance name per publisher: several relays in one process (tests, demos)
@@ -610,13 +620,7 @@ impl RocketMqPublisher {
                 return Err(budget_spent());
             }
             match route_queues(live, topic, budget) {
-                Some(Ok(qs)) => Ok(qs
-                    .iter()
-                    .map(|q| QueueRef {
-                        broker: q.broker_name().to_string(),
-                        queue_id: q.queue_id().max(0) as u32,
-                    })
-                    .collect()),
+                Some(Ok(qs)) => Ok(queue_refs(&qs)),
                 Some(Err(e)) => Err(SendError::unavailable(format!("{NO_ROUTE}: {}", describe(&e)))),
                 // Nothing was sent: the broker side is not answering.
                 None => Err(SendError::unavailable("the route lookup timed out")),
@@ -640,8 +644,7 @@ impl RocketMqPublisher {
             }
             found = fetch(topic);
         }
-        let mut qs = found?;
-        qs.sort();
+        let qs = found?;
         self.routes
             .lock()
             .insert(topic.to_string(), (Instant::now(), qs.clone()));
@@ -665,15 +668,8 @@ impl RocketMqPublisher {
             tokio::spawn(async move {
                 let found = tokio::time::timeout(ROUTE_TTL, producer.fetch_publish_message_queues(&topic)).await;
                 if let Ok(Ok(qs)) = found {
-                    let mut qs: Vec<QueueRef> = qs
-                        .iter()
-                        .map(|q| QueueRef {
-                            broker: q.broker_name().to_string(),
-                            queue_id: q.queue_id().max(0) as u32,
-                        })
-                        .collect();
+                    let qs = queue_refs(&qs);
                     if !qs.is_empty() {
-                        qs.sort();
                         routes.lock().insert(topic.clone(), (Instant::now(), qs));
                     }
                 }
@@ -773,6 +769,19 @@ impl RocketMqPublisher {
 
 /// The queues `topic`'s route lists, as the name server answers within `budget` (`None`: no
 /// answer in time).
+/// A route's queues as the ordering code names them, sorted.
+fn queue_refs(qs: &[MessageQueue]) -> Vec<QueueRef> {
+    let mut refs: Vec<QueueRef> = qs
+        .iter()
+        .map(|q| QueueRef {
+            broker: q.broker_name().to_string(),
+            queue_id: q.queue_id().max(0) as u32,
+        })
+        .collect();
+    refs.sort();
+    refs
+}
+
 fn route_queues(
     live: &Live,
     topic: &str,
@@ -1301,11 +1310,9 @@ pub mod testing {
     use std::time::{Duration, Instant};
 
     use cheetah_string::CheetahString;
-    use rocketmq_client_rust::{ClientRuntime, ClientRuntimeConfig, DefaultLitePullConsumer};
+    use rocketmq_client_rust::DefaultLitePullConsumer;
     use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
     use rocketmq_model::common::message::MessageTrait;
-    use rocketmq_observability::TelemetryRuntimeGuard;
-    use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 
     use super::describe;
 
@@ -1355,17 +1362,8 @@ pub mod testing {
     /// or until `deadline` passes.
     pub fn read_topic(namesrv: &str, topic: &str, expected: usize, deadline: Duration) -> Result<ReadBack, String> {
         let end = Instant::now() + deadline;
-        let owner = RuntimeOwner::plan(RuntimeConfig::for_parallelism("outbox-test-consumer", 2))
-            .map_err(|e| e.to_string())?
-            .build()
-            .map_err(|e| e.to_string())?;
-        let telemetry = TelemetryRuntimeGuard::noop();
-        let rt = ClientRuntime::try_new(
-            owner.root_context().component("outbox-test-consumer"),
-            ClientRuntimeConfig::default(),
-            telemetry.handle(),
-        )
-        .map_err(|e| describe(&e))?;
+        let (owner, telemetry, rt) = super::client_runtime("outbox-test-consumer", "outbox-test-consumer")
+            .map_err(|(what, e)| format!("{what}: {e}"))?;
         let group = format!("outbox_test_{:08x}", rand::random::<u32>());
         let consumer = DefaultLitePullConsumer::builder(rt.clone())
             .consumer_group(group.as_str())

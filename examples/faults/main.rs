@@ -411,9 +411,7 @@ impl Instance {
     }
 
     fn sigkill(&mut self) -> Res<()> {
-        self.child.kill()?;
-        self.child.wait()?;
-        Ok(())
+        kill_child(&mut self.child)
     }
 
     /// SIGTERM (drain), then SIGKILL if it has not exited within `limit`.
@@ -440,8 +438,7 @@ impl Instance {
 impl Drop for Instance {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            let _ = kill_child(&mut self.child);
         }
     }
 }
@@ -463,9 +460,15 @@ fn stop_child(child: &mut Child, id: &str, limit: Duration) -> Res<Option<i32>> 
         std::thread::sleep(Duration::from_millis(50));
     }
     eprintln!("  {id} did not stop within {limit:?}; killing it");
+    kill_child(child)?;
+    Ok(None)
+}
+
+/// SIGKILL, and reap it.
+fn kill_child(child: &mut Child) -> Res<()> {
     child.kill()?;
     child.wait()?;
-    Ok(None)
+    Ok(())
 }
 
 fn free_port() -> Res<u16> {

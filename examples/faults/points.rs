@@ -22,7 +22,7 @@ use rand::Rng;
 use outbox::consumer::rocketmq::{RocketMqSource, SourceConfig};
 use outbox::consumer::{Consumer, ConsumerConfig, ConsumerStats, HandlerError, Message};
 
-use super::{script, start_broker, start_writers, stop_child, tail, Args, Env, Instance, Res};
+use super::{kill_child, script, start_broker, start_writers, stop_child, tail, Args, Env, Instance, Res};
 
 /// The consumer group of the points service.
 const GROUP_PREFIX: &str = "points";
@@ -111,9 +111,7 @@ impl ConsumerProc {
     }
 
     fn sigkill(&mut self) -> Res<()> {
-        self.child.kill()?;
-        self.child.wait()?;
-        Ok(())
+        kill_child(&mut self.child)
     }
 
     fn stop(&mut self, limit: Duration) -> Res<Option<i32>> {
@@ -124,8 +122,7 @@ impl ConsumerProc {
 impl Drop for ConsumerProc {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            let _ = kill_child(&mut self.child);
         }
     }
 }

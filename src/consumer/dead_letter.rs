@@ -48,21 +48,7 @@ pub struct InboxDeadLetter {
 /// Creates the dead-letter table `table` if it does not exist (V10's DDL with the name replaced).
 pub fn migrate_dead_letter(pool: &Pool, table: &str) -> Result<()> {
     let table = crate::config::table_name("inbox.dead_letter.table", table)?;
-    let v10 = crate::migrate::MIGRATIONS
-        .iter()
-        .find(|m| m.version == 10)
-        .expect("migration V10 creates the consumer dead-letter table");
-    let sql: String = v10
-        .sql
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let ddl = sql.trim().trim_end_matches(';').replacen(
-        &format!("CREATE TABLE IF NOT EXISTS {DEFAULT_TABLE} ("),
-        &format!("CREATE TABLE IF NOT EXISTS {table} ("),
-        1,
-    );
+    let ddl = crate::migrate::create_table_ddl(10, DEFAULT_TABLE, &table);
     pool.get_conn()?.query_drop(&ddl).map_err(|e| Error::Migration {
         version: 10,
         description: format!("create consumer dead-letter table {table}"),

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rocketmq_client_rust::{ClientRuntime, ClientRuntimeConfig, DefaultLitePullConsumer};
+use rocketmq_client_rust::{ClientRuntime, DefaultLitePullConsumer};
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_observability::TelemetryRuntimeGuard;
-use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
+use rocketmq_runtime::RuntimeOwner;
 
 use super::{Message, QueueRef, Source};
 use crate::error::{Error, Result};
@@ -78,17 +78,9 @@ impl RocketMqSource {
         if config.topic.is_empty() {
             return Err(crate::ConfigError::invalid("consumer.topic", "", "must not be empty").into());
         }
-        let owner = RuntimeOwner::plan(RuntimeConfig::for_parallelism("outbox-consumer", 2))
-            .map_err(|e| source_error("runtime configuration", e))?
-            .build()
-            .map_err(|e| source_error("runtime", e))?;
-        let telemetry = TelemetryRuntimeGuard::noop();
-        let client_runtime = ClientRuntime::try_new(
-            owner.root_context().component("outbox-consumer-client"),
-            ClientRuntimeConfig::default(),
-            telemetry.handle(),
-        )
-        .map_err(|e| source_error("client runtime", describe(&e)))?;
+        let (owner, telemetry, client_runtime) =
+            crate::rocketmq::client_runtime("outbox-consumer", "outbox-consumer-client")
+                .map_err(|(what, e)| source_error(what, e))?;
         // A client id of its own per instance: two instances of a group on one host must count as
         // two in the broker's queue balancing.
         let instance = format!("outbox-consumer-{}-{:08x}", std::process::id(), rand::random::<u32>());

@@ -101,20 +101,16 @@ fn two_tables_with_the_same_ids_give_different_keys() {
     let ids_a = a.seed(20);
     let ids_b = b.seed(20);
     assert_eq!(ids_a, ids_b, "both tables number their rows alike");
-    let ka: HashSet<String> = store(&a.config(), "ka-1-000000")
-        .claim_skip_locked(20)
-        .unwrap()
-        .claimed
-        .into_iter()
-        .map(|c| c.event.key)
-        .collect();
-    let kb: HashSet<String> = store(&b.config(), "kb-1-000000")
-        .claim_skip_locked(20)
-        .unwrap()
-        .claimed
-        .into_iter()
-        .map(|c| c.event.key)
-        .collect();
+    let keys = |db: &TestDb, owner: &str| -> HashSet<String> {
+        store(&db.config(), owner)
+            .claim_skip_locked(20)
+            .unwrap()
+            .claimed
+            .into_iter()
+            .map(|c| c.event.key)
+            .collect()
+    };
+    let (ka, kb) = (keys(&a, "ka-1-000000"), keys(&b, "kb-1-000000"));
     assert_eq!(ka.len(), 20);
     assert_eq!(kb.len(), 20);
     assert!(ka.is_disjoint(&kb));
