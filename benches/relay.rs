@@ -194,20 +194,19 @@ fn dummy(topic: &str, i: u64) -> OutboundEvent {
 
 /// Creates the topic (first send auto-creates it) so no scenario times route creation.
 fn warm_topic(p: &RocketMqPublisher, topic: &str) {
+    let mut last = None;
     for _ in 0..50 {
-        if matches!(
-            p.publish(&[dummy(topic, 0)], Duration::from_secs(3))[0],
-            SendOutcome::Sent { .. }
-        ) {
-            return;
+        match p.publish(&[dummy(topic, 0)], Duration::from_secs(3)).pop() {
+            Some(SendOutcome::Sent { .. }) => return,
+            other => last = other,
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    panic!("cannot send to topic {topic}: is the broker up (scripts/rocketmq start)?");
+    panic!("cannot send to topic {topic} (last: {last:?}): is the broker up (scripts/rocketmq start)?");
 }
 
 /// Per acked event: (commit to broker ack, commit to SUCCESS).
-type Latencies = Arc<Mutex<Vec<(Duration, Duration)>>>;
+type Latencies = Arc<Mutex<Vec<outbox::Delivery>>>;
 
 fn start_relays(cfg: &Config, instances: usize, latency: Option<Latencies>) -> Vec<Relay> {
     start_relays_with(cfg, instances, latency, |c| {
@@ -228,7 +227,7 @@ fn start_relays_with(
             let mut b = Relay::builder(c.clone()).publisher(publisher(&c));
             if let Some(l) = &latency {
                 let l = l.clone();
-                b = b.latency_hook(move |d| l.lock().push((d.to_broker, d.to_success)));
+                b = b.latency_hook(move |d| l.lock().push(*d));
             }
             b.start().unwrap()
         })
@@ -496,7 +495,10 @@ fn latency_with(rate: u64, secs: u64, fast_path: bool, ordered: Option<KeyShape>
         warm_topic(&p, &t);
     }
     let lat = Arc::new(Mutex::new(Vec::new()));
-    let relays = Arc::new(start_relays(&cfg, 1, Some(lat.clone())));
+    let publisher = Arc::new(RocketMqPublisher::start(&cfg).unwrap());
+    let relays = Arc::new(start_relays_with(&cfg, 1, Some(lat.clone()), |_| {
+        publisher.clone() as Arc<dyn Publisher>
+    }));
     let writers = 4u64;
     let total = rate * secs;
     let started = Instant::now();
@@ -545,13 +547,23 @@ fn latency_with(rate: u64, secs: u64, fast_path: bool, ordered: Option<KeyShape>
     while sent(&relays) < total && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
+    let c = relays[0].counters();
+    let per = |n: u64| c.sent as f64 / n.max(1) as f64;
+    let (per_round, per_call, per_request) = (per(c.claim_rounds), per(c.publish_calls), per(publisher.requests()));
     for r in relays.iter() {
         r.stop(Duration::from_secs(10));
     }
-    let mut l: Vec<Duration> = lat.lock().iter().map(|(b, _)| *b).collect();
-    let mut to_success: Vec<Duration> = lat.lock().iter().map(|(_, s)| *s).collect();
-    l.sort_unstable();
-    to_success.sort_unstable();
+    // Where the time goes: commit to the claim (the scanner), then the claim to the ack (the
+    // dispatch, the worker queue and the send).
+    let sorted = |f: &dyn Fn(&outbox::Delivery) -> Duration| {
+        let mut v: Vec<Duration> = lat.lock().iter().map(f).collect();
+        v.sort_unstable();
+        v
+    };
+    let l = sorted(&|d| d.to_broker);
+    let to_success = sorted(&|d| d.to_success);
+    let to_claim = sorted(&|d| d.to_success.saturating_sub(d.held));
+    let claim_to_ack = sorted(&|d| d.to_broker.saturating_sub(d.to_success.saturating_sub(d.held)));
     Row {
         name: format!(
             "latency @ {rate}/s, {}{}",
@@ -574,7 +586,12 @@ fn latency_with(rate: u64, secs: u64, fast_path: bool, ordered: Option<KeyShape>
         p99_ms: pct(&l, 0.99),
         max_ms: pct(&l, 1.0),
         note: format!(
-            "commit (create_time) to broker ack; to SUCCESS p50 {} p99 {} ms",
+            "commit (create_time) to broker ack; to claim p50 {} p99 {}, claim to ack p50 {} p99 {}, to SUCCESS p50 {} p99 {} ms; \
+             events per claim round {per_round:.1}, per publish call {per_call:.1}, per broker request {per_request:.1}",
+            opt(pct(&to_claim, 0.5), 1),
+            opt(pct(&to_claim, 0.99), 1),
+            opt(pct(&claim_to_ack, 0.5), 1),
+            opt(pct(&claim_to_ack, 0.99), 1),
             opt(pct(&to_success, 0.5), 1),
             opt(pct(&to_success, 0.99), 1)
         ),
@@ -854,8 +871,66 @@ fn write_svg(rows: &[Row], path: &std::path::Path) {
     std::fs::write(path, s).unwrap();
 }
 
+/// One publish call's time, ordered (`k` events, each to another queue) against unordered (`k`
+/// events as one batch), with nothing else running: what a call over `k` queues costs.
+fn call_cost() {
+    for ordered in [false, true] {
+        let tag = if ordered { "calls_ord" } else { "calls" };
+        let db = Db::fresh(tag);
+        let t = topic(tag);
+        let mut cfg = base_config(&db, &t);
+        if ordered {
+            cfg.ordering = outbox::config::Ordering::PerBizNo;
+        }
+        let p = RocketMqPublisher::start(&cfg).unwrap();
+        warm_topic(&p, &t);
+        for k in [1usize, 2, 4, 8] {
+            // Keys of k different queues of the topic's 8.
+            let mut keys: Vec<String> = Vec::new();
+            let mut used = std::collections::HashSet::new();
+            for i in 0.. {
+                let key = format!("KEY-{i}");
+                if used.insert(outbox::ordering::queue_index(&key, 8)) {
+                    keys.push(key);
+                }
+                if keys.len() == k {
+                    break;
+                }
+            }
+            let requests = p.requests();
+            let mut times = Vec::new();
+            for round in 0..300u64 {
+                let events: Vec<OutboundEvent> = keys
+                    .iter()
+                    .enumerate()
+                    .map(|(j, key)| OutboundEvent {
+                        biz_no: key.clone(),
+                        ..dummy(&t, round * 8 + j as u64)
+                    })
+                    .collect();
+                let start = Instant::now();
+                let out = p.publish(&events, Duration::from_secs(3));
+                times.push(start.elapsed());
+                assert!(out.iter().all(|o| matches!(o, SendOutcome::Sent { .. })), "{out:?}");
+            }
+            times.sort_unstable();
+            eprintln!(
+                "  {:<9} call of {k} events: p50 {} p99 {} ms, {:.1} requests per call",
+                if ordered { "ordered" } else { "unordered" },
+                opt(pct(&times, 0.5), 2),
+                opt(pct(&times, 0.99), 2),
+                (p.requests() - requests) as f64 / 300.0
+            );
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--calls") {
+        call_cost();
+        return;
+    }
     let quick = args.iter().any(|a| a == "--quick");
     let big = args.iter().any(|a| a == "--big");
     let only_ordered = args.iter().any(|a| a == "--ordered");
@@ -864,7 +939,13 @@ fn main() {
         let mut rows = Vec::new();
         for shape in [None, Some(KeyShape::Spread), Some(KeyShape::Burst)] {
             let r = latency_with(1000, if quick { 5 } else { 10 }, true, shape);
-            eprintln!("  {:<70} p50 {} p99 {} ms", r.name, opt(r.p50_ms, 1), opt(r.p99_ms, 1));
+            eprintln!(
+                "  {:<70} p50 {} p99 {} ms\n    {}",
+                r.name,
+                opt(r.p50_ms, 1),
+                opt(r.p99_ms, 1),
+                r.note
+            );
             rows.push(r);
         }
         print_table(&rows);

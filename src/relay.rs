@@ -574,6 +574,14 @@ fn scanner_loop(
             wait(&capacity, &shutdown, cfg.scan_interval);
             continue;
         }
+        // While claimed chunks still wait for a worker, a round claimed now would only wait
+        // behind them. Claim when a worker takes the last one instead: that round holds all that
+        // was committed meanwhile, so under load the sends (and the statements) per event fall
+        // by themselves, while an idle relay still claims at once.
+        if !chunk_tx.is_empty() {
+            wait(&capacity, &shutdown, cfg.scan_interval);
+            continue;
+        }
         let permit = inner.breaker.lock().permit(Instant::now());
         let limit = match permit {
             Permit::Claim => cfg.batch_size.min(free),
@@ -737,12 +745,13 @@ fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_st
 }
 
 /// Ordered dispatch: every key's run (per topic) stays whole in one chunk, in id order, so it is
-/// sent in order by one worker. Runs are packed into chunks of about an equal share of the round
-/// per worker (at most `publish.batch.max` events): a small round (the fast path) is spread over
-/// the workers, which send in parallel, a large one travels in as few calls as the maximum allows.
+/// sent in order by one worker. Runs are packed into as few chunks as `publish.batch.max` allows,
+/// of about even sizes: the publisher sends a call's queues in parallel, one batch per queue, so
+/// every extra chunk would only add sends (a queue in two chunks is sent to twice) and acks.
 fn dispatch_runs(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
     let most = inner.config.publish_batch_max.min(inner.config.max_in_flight).max(1);
-    let max = round.claimed.len().div_ceil(inner.config.workers.max(1)).clamp(1, most);
+    let n = round.claimed.len();
+    let max = n.div_ceil(n.div_ceil(most).max(1)).max(1);
     // Chunks being filled, per (token, topic): events with their ages.
     type Open = (u64, String, Vec<OutboundEvent>, Vec<Duration>);
     let mut open: Vec<Open> = Vec::new();
@@ -827,6 +836,8 @@ fn queue_chunk(
 
 fn worker_loop(inner: &Inner, chunks: Receiver<Chunk>) {
     for chunk in chunks.iter() {
+        // A chunk left the queue: the scanner may claim the next round (see `scanner_loop`).
+        let _ = inner.capacity_tx.try_send(());
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             if inner.stopping.load(SeqCst) {
                 release_chunk_unsent(inner, &chunk, "relay stopping before the send");

@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -104,8 +104,10 @@ const AUTO_CREATE_TOPIC: &str = "TBW102";
 const ROUTE_TTL: Duration = Duration::from_secs(3);
 
 /// Queues per broker of an ordered topic the publisher creates itself (only where the brokers
-/// create topics on first use, as a first send would).
-const ORDERED_TOPIC_QUEUES: i32 = 8;
+/// create topics on first use, as a first send would): the client's own default for a topic a
+/// first send creates. An ordered call costs one broker request per queue it reaches, so more
+/// queues buy consumer parallelism with more requests per event at low load (docs/ordering.md).
+const ORDERED_TOPIC_QUEUES: i32 = 4;
 
 /// Ordered topics' routes: the queues as last fetched, and when.
 type Routes = HashMap<String, (Instant, Vec<QueueRef>)>;
@@ -141,6 +143,8 @@ pub struct RocketMqPublisher {
     /// False after a publish call in which the broker was unreachable for every event; true again
     /// after any call that reached it.
     reachable: AtomicBool,
+    /// Send requests made to brokers (a batch counts once), for [`RocketMqPublisher::requests`].
+    requests: AtomicU64,
 }
 
 impl fmt::Debug for RocketMqPublisher {
@@ -260,6 +264,7 @@ impl RocketMqPublisher {
             batch_max_bytes: BATCH_MAX_BYTES,
             default_topic: config.topic.clone(),
             reachable: AtomicBool::new(true),
+            requests: AtomicU64::new(0),
         })
     }
 
@@ -272,6 +277,11 @@ impl RocketMqPublisher {
     }
 
     /// Stops the producer and its runtimes (idempotent; also done on drop).
+    /// Send requests made to brokers so far; a batch counts once.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
     pub fn close(&self) {
         let live = self.live.write().take();
         if let Some(live) = live {
@@ -294,6 +304,7 @@ impl RocketMqPublisher {
             return vec![self.send_single(live, m, deadline)];
         }
         let budget = deadline.saturating_duration_since(Instant::now());
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let result = block_on_bounded(
             live,
             budget,
@@ -330,6 +341,7 @@ impl RocketMqPublisher {
         if budget < MIN_SEND_BUDGET {
             return SendOutcome::Failed(budget_spent());
         }
+        self.requests.fetch_add(1, Ordering::Relaxed);
         single_result(block_on_bounded(
             live,
             budget,
@@ -417,32 +429,16 @@ impl RocketMqPublisher {
                 }
                 work.push((q, others_up, idx, own_built, own_outcomes));
             }
+            // The queues' sends as futures of one `block_on`: they run at once on the client's
+            // runtime, with no thread per queue.
             let size_of = &size_of;
-            let done: Vec<(Vec<usize>, Vec<Option<SendOutcome>>)> = if work.len() <= 1 {
-                work.into_iter()
-                    .map(|(q, others_up, idx, mut b, mut o)| {
-                        self.send_queue(
-                            live, topic, q, others_up, events, &mut b, size_of, &idx, &mut o, deadline,
-                        );
-                        (idx, o)
-                    })
-                    .collect()
-            } else {
-                std::thread::scope(|scope| {
-                    let handles: Vec<_> = work
-                        .into_iter()
-                        .map(|(q, others_up, idx, mut b, mut o)| {
-                            scope.spawn(move || {
-                                self.send_queue(
-                                    live, topic, q, others_up, events, &mut b, size_of, &idx, &mut o, deadline,
-                                );
-                                (idx, o)
-                            })
-                        })
-                        .collect();
-                    handles.into_iter().filter_map(|h| h.join().ok()).collect()
-                })
-            };
+            let sends = work.into_iter().map(|(q, others_up, idx, mut b, mut o)| async move {
+                self.send_queue(live, topic, q, others_up, events, &mut b, size_of, &idx, &mut o, deadline)
+                    .await;
+                (idx, o)
+            });
+            let done: Vec<(Vec<usize>, Vec<Option<SendOutcome>>)> =
+                live.owner.block_on(futures_util::future::join_all(sends));
             for (idx, mut o) in done {
                 for i in idx {
                     outcomes[i] = o[i].take();
@@ -454,7 +450,7 @@ impl RocketMqPublisher {
     /// Sends the events `idx` (in order) to queue `q`, batch after batch, stopping each key at its
     /// first failure.
     #[allow(clippy::too_many_arguments)]
-    fn send_queue(
+    async fn send_queue(
         &self,
         live: &Live,
         topic: &str,
@@ -490,7 +486,9 @@ impl RocketMqPublisher {
                 for i in stop {
                     outcomes[i] = Some(held());
                 }
-                let results = self.send_to_queue(live, &mq, others_up, events, built, &go, deadline);
+                let results = self
+                    .send_to_queue(live, &mq, others_up, events, built, &go, deadline)
+                    .await;
                 for (&i, r) in go.iter().zip(results) {
                     if matches!(r, SendOutcome::Failed(_)) {
                         failed.insert(queue_key(&events[i].biz_no));
@@ -519,7 +517,7 @@ impl RocketMqPublisher {
     /// each key stopping at its first failure. A broker that cannot be reached parks the events
     /// when another broker of the topic is up.
     #[allow(clippy::too_many_arguments)]
-    fn send_to_queue(
+    async fn send_to_queue(
         &self,
         live: &Live,
         mq: &MessageQueue,
@@ -532,34 +530,12 @@ impl RocketMqPublisher {
         if go.is_empty() {
             return Vec::new();
         }
-        let budget = deadline.saturating_duration_since(Instant::now());
-        if budget < MIN_SEND_BUDGET {
-            return vec![SendOutcome::Failed(budget_spent()); go.len()];
-        }
-        let mut messages: Vec<Message> = go.iter().filter_map(|&i| built[i].take()).collect();
-        let result: std::result::Result<Vec<SendOutcome>, SendError> = if messages.len() == 1 {
-            let m = messages.pop().expect("one message");
-            match block_on_bounded(
-                live,
-                budget,
-                live.producer.send_to_queue_with_timeout(m, mq.clone(), millis(budget)),
-            ) {
-                Ok(Ok(Some(r))) => Ok(vec![single_outcome(&r)]),
-                Ok(Ok(None)) => Err(SendError::timeout("the client returned no send result")),
-                Ok(Err(e)) => Err(to_send_error(&e)),
-                Err(hung) => Err(hung),
-            }
-        } else {
-            match block_on_bounded(
-                live,
-                budget,
-                live.producer
-                    .send_batch_to_queue_with_timeout(messages, mq.clone(), millis(budget)),
-            ) {
-                Ok(Ok(r)) => Ok(batch_outcomes(&r, go.len())),
-                Ok(Err(e)) => Err(to_send_error(&e)),
-                Err(hung) => Err(hung),
-            }
+        let messages: Vec<Message> = go.iter().filter_map(|&i| built[i].take()).collect();
+        let result = self.request_to_queue(live, mq, messages, deadline).await;
+        let parked = |e: SendError| {
+            // This broker is gone (or going) while others serve the topic: park its keys.
+            self.routes.lock().remove(mq.topic_str());
+            SendError::parked(format!("broker {} unreachable: {}", mq.broker_name(), e.message))
         };
         match result {
             Ok(v) => v,
@@ -570,33 +546,69 @@ impl RocketMqPublisher {
                     e.message
                 );
                 let mut failed: HashSet<String> = HashSet::new();
-                go.iter()
-                    .map(|&i| {
-                        let key = queue_key(&events[i].biz_no);
-                        if failed.contains(&key) {
-                            return SendOutcome::Failed(SendError::held_back("an earlier event of the key failed"));
-                        }
-                        let r = match build_message(&events[i], self.tag_source) {
-                            Ok(m) => self
-                                .send_to_queue(live, mq, others_up, events, &mut [Some(m)], &[0], deadline)
-                                .pop()
-                                .unwrap_or_else(|| SendOutcome::Failed(budget_spent())),
-                            Err(err) => SendOutcome::Failed(err),
-                        };
-                        if matches!(r, SendOutcome::Failed(_)) {
-                            failed.insert(key);
-                        }
-                        r
-                    })
-                    .collect()
+                let mut out = Vec::with_capacity(go.len());
+                for &i in go {
+                    let key = queue_key(&events[i].biz_no);
+                    if failed.contains(&key) {
+                        out.push(SendOutcome::Failed(SendError::held_back(
+                            "an earlier event of the key failed",
+                        )));
+                        continue;
+                    }
+                    let r = match build_message(&events[i], self.tag_source) {
+                        Ok(m) => match self.request_to_queue(live, mq, vec![m], deadline).await {
+                            Ok(mut v) => v.pop().unwrap_or_else(|| SendOutcome::Failed(budget_spent())),
+                            Err(e) if e.kind == FailureKind::Unavailable && others_up => {
+                                SendOutcome::Failed(parked(e))
+                            }
+                            Err(e) => SendOutcome::Failed(e),
+                        },
+                        Err(err) => SendOutcome::Failed(err),
+                    };
+                    if matches!(r, SendOutcome::Failed(_)) {
+                        failed.insert(key);
+                    }
+                    out.push(r);
+                }
+                out
             }
             Err(e) if e.kind == FailureKind::Unavailable && others_up => {
-                // This broker is gone (or going) while others serve the topic: park its keys.
-                self.routes.lock().remove(mq.topic_str());
-                let parked = SendError::parked(format!("broker {} unreachable: {}", mq.broker_name(), e.message));
-                vec![SendOutcome::Failed(parked); go.len()]
+                vec![SendOutcome::Failed(parked(e)); go.len()]
             }
             Err(e) => vec![SendOutcome::Failed(e); go.len()],
+        }
+    }
+
+    /// One request to `mq`: the message alone, or the messages as one batch; one outcome each.
+    async fn request_to_queue(
+        &self,
+        live: &Live,
+        mq: &MessageQueue,
+        mut messages: Vec<Message>,
+        deadline: Instant,
+    ) -> std::result::Result<Vec<SendOutcome>, SendError> {
+        let budget = deadline.saturating_duration_since(Instant::now());
+        if budget < MIN_SEND_BUDGET {
+            return Ok(vec![SendOutcome::Failed(budget_spent()); messages.len()]);
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let n = messages.len();
+        if n == 1 {
+            let m = messages.pop().expect("one message");
+            let sent = live.producer.send_to_queue_with_timeout(m, mq.clone(), millis(budget));
+            match bounded(budget, sent).await? {
+                Ok(Some(r)) => Ok(vec![single_outcome(&r)]),
+                Ok(None) => Err(SendError::timeout("the client returned no send result")),
+                Err(e) => Err(to_send_error(&e)),
+            }
+        } else {
+            let sent = live
+                .producer
+                .send_batch_to_queue_with_timeout(messages, mq.clone(), millis(budget));
+            match bounded(budget, sent).await? {
+                Ok(r) => Ok(batch_outcomes(&r, n)),
+                Err(e) => Err(to_send_error(&e)),
+            }
         }
     }
 
@@ -938,14 +950,17 @@ fn block_on_bounded<F: std::future::Future>(
     budget: Duration,
     fut: F,
 ) -> std::result::Result<F::Output, SendError> {
-    live.owner
-        .block_on(async { tokio::time::timeout(budget + HARD_TIMEOUT_SLACK, fut).await })
-        .map_err(|_| {
-            SendError::timeout(format!(
-                "the client did not return within {} ms",
-                (budget + HARD_TIMEOUT_SLACK).as_millis()
-            ))
-        })
+    live.owner.block_on(bounded(budget, fut))
+}
+
+/// `fut`, given up (as a timeout) if it outlives `budget` by more than [`HARD_TIMEOUT_SLACK`].
+async fn bounded<F: std::future::Future>(budget: Duration, fut: F) -> std::result::Result<F::Output, SendError> {
+    tokio::time::timeout(budget + HARD_TIMEOUT_SLACK, fut).await.map_err(|_| {
+        SendError::timeout(format!(
+            "the client did not return within {} ms",
+            (budget + HARD_TIMEOUT_SLACK).as_millis()
+        ))
+    })
 }
 
 fn millis(d: Duration) -> u64 {
