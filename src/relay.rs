@@ -574,14 +574,6 @@ fn scanner_loop(
             wait(&capacity, &shutdown, cfg.scan_interval);
             continue;
         }
-        // While claimed chunks still wait for a worker, a round claimed now would only wait
-        // behind them. Claim when a worker takes the last one instead: that round holds all that
-        // was committed meanwhile, so under load the sends (and the statements) per event fall
-        // by themselves, while an idle relay still claims at once.
-        if !chunk_tx.is_empty() {
-            wait(&capacity, &shutdown, cfg.scan_interval);
-            continue;
-        }
         let permit = inner.breaker.lock().permit(Instant::now());
         let limit = match permit {
             Permit::Claim => cfg.batch_size.min(free),
@@ -836,8 +828,6 @@ fn queue_chunk(
 
 fn worker_loop(inner: &Inner, chunks: Receiver<Chunk>) {
     for chunk in chunks.iter() {
-        // A chunk left the queue: the scanner may claim the next round (see `scanner_loop`).
-        let _ = inner.capacity_tx.try_send(());
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             if inner.stopping.load(SeqCst) {
                 release_chunk_unsent(inner, &chunk, "relay stopping before the send");
