@@ -433,8 +433,10 @@ impl RocketMqPublisher {
             // runtime, with no thread per queue.
             let size_of = &size_of;
             let sends = work.into_iter().map(|(q, others_up, idx, mut b, mut o)| async move {
-                self.send_queue(live, topic, q, others_up, events, &mut b, size_of, &idx, &mut o, deadline)
-                    .await;
+                self.send_queue(
+                    live, topic, q, others_up, events, &mut b, size_of, &idx, &mut o, deadline,
+                )
+                .await;
                 (idx, o)
             });
             let done: Vec<(Vec<usize>, Vec<Option<SendOutcome>>)> =
@@ -558,9 +560,7 @@ impl RocketMqPublisher {
                     let r = match build_message(&events[i], self.tag_source) {
                         Ok(m) => match self.request_to_queue(live, mq, vec![m], deadline).await {
                             Ok(mut v) => v.pop().unwrap_or_else(|| SendOutcome::Failed(budget_spent())),
-                            Err(e) if e.kind == FailureKind::Unavailable && others_up => {
-                                SendOutcome::Failed(parked(e))
-                            }
+                            Err(e) if e.kind == FailureKind::Unavailable && others_up => SendOutcome::Failed(parked(e)),
                             Err(e) => SendOutcome::Failed(e),
                         },
                         Err(err) => SendOutcome::Failed(err),
@@ -955,12 +955,14 @@ fn block_on_bounded<F: std::future::Future>(
 
 /// `fut`, given up (as a timeout) if it outlives `budget` by more than [`HARD_TIMEOUT_SLACK`].
 async fn bounded<F: std::future::Future>(budget: Duration, fut: F) -> std::result::Result<F::Output, SendError> {
-    tokio::time::timeout(budget + HARD_TIMEOUT_SLACK, fut).await.map_err(|_| {
-        SendError::timeout(format!(
-            "the client did not return within {} ms",
-            (budget + HARD_TIMEOUT_SLACK).as_millis()
-        ))
-    })
+    tokio::time::timeout(budget + HARD_TIMEOUT_SLACK, fut)
+        .await
+        .map_err(|_| {
+            SendError::timeout(format!(
+                "the client did not return within {} ms",
+                (budget + HARD_TIMEOUT_SLACK).as_millis()
+            ))
+        })
 }
 
 fn millis(d: Duration) -> u64 {

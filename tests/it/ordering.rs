@@ -213,3 +213,22 @@ fn a_parked_key_waits_without_using_attempts_while_other_keys_flow() {
     assert_eq!(b, ids["B"], "B's events in commit order, each once");
     assert_eq!(rec.key_overlaps.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
+
+/// An ordered round travels in as few publish calls as `publish.batch.max` allows: the publisher
+/// sends a call's queues at once, so splitting a round over the workers would only send to a
+/// queue twice.
+#[test]
+fn an_ordered_round_of_many_keys_goes_out_in_one_publish_call() {
+    let db = TestDb::new("ordcall");
+    fill(&db, 40, 1);
+    let rec = Recorder::ordered(Vec::new());
+    let cfg = ordered_config(&db);
+    assert!(cfg.publish_batch_max >= 40 && cfg.batch_size >= 40 && cfg.workers > 1);
+    let relay = Relay::builder(cfg).publisher(rec.clone()).start().unwrap();
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 40));
+    let stats = relay.counters();
+    relay.stop(Duration::from_secs(5));
+    assert_eq!(stats.claimed, 40);
+    assert_eq!(stats.publish_calls, 1, "40 keys of one round in one call: {stats:?}");
+    assert_eq!(rec.sent_events.lock().len(), 40);
+}
