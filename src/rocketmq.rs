@@ -276,12 +276,12 @@ impl RocketMqPublisher {
         self
     }
 
-    /// Stops the producer and its runtimes (idempotent; also done on drop).
     /// Send requests made to brokers so far; a batch counts once.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }
 
+    /// Stops the producer and its runtimes (idempotent; also done on drop).
     pub fn close(&self) {
         let live = self.live.write().take();
         if let Some(live) = live {
