@@ -884,13 +884,24 @@ fn call_cost() {
         }
         let p = RocketMqPublisher::start(&cfg).unwrap();
         warm_topic(&p, &t);
-        for k in [1usize, 2, 4, 8] {
-            // Keys of k different queues of the topic's 8.
+        // The ordered topic's stable queue set, as the publisher hashes keys over it.
+        let queues: usize = if ordered {
+            db.pool
+                .get_conn()
+                .unwrap()
+                .exec_first("SELECT COUNT(*) FROM outbox_topic_queue WHERE topic = ?", (&t,))
+                .unwrap()
+                .unwrap()
+        } else {
+            8
+        };
+        for k in [1usize, 2, 4, 8].into_iter().filter(|&k| k <= queues) {
+            // Keys of k different queues of the topic.
             let mut keys: Vec<String> = Vec::new();
             let mut used = std::collections::HashSet::new();
             for i in 0.. {
                 let key = format!("KEY-{i}");
-                if used.insert(outbox::ordering::queue_index(&key, 8)) {
+                if used.insert(outbox::ordering::queue_index(&key, queues)) {
                     keys.push(key);
                 }
                 if keys.len() == k {
