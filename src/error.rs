@@ -2,6 +2,15 @@
 
 use std::fmt;
 
+/// The message of a caught panic: its `&str` or `String` payload (others are named as such).
+/// Pass the payload itself (`&*boxed`), not the `Box`, which is an `Any` of its own.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("non-string panic payload")
+}
+
 /// Everything that can go wrong in the library, by kind. Each variant names what was wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 
 use crate::breaker::{Breaker, Permit, Transition};
 use crate::config::{ClaimStrategy, Config};
-use crate::error::{Error, Result};
+use crate::error::{panic_message, Error, Result};
 use crate::event::{EventId, NewEvent};
 use crate::publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
 use crate::stats::{Counters, Stats};
@@ -887,20 +887,13 @@ fn process(inner: &Inner, chunk: &Chunk) {
         }
         Err(panic) => {
             Counters::add(&inner.counters.publish_panics, 1);
-            let msg = format!("publisher panicked: {}", panic_message(&panic));
+            let msg = format!("publisher panicked: {}", panic_message(&*panic));
             log::error!("{msg} (events {:?})", ids_of(&chunk.events));
             vec![SendOutcome::Failed(SendError::rejected(msg)); chunk.events.len()]
         }
     };
     let broker_acked = chunk.claimed.elapsed();
     record_outcomes(inner, chunk, outcomes, broker_acked);
-}
-
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic".into())
 }
 
 /// `broker_acked`: time from the claim to the publisher's answer.
@@ -1167,7 +1160,7 @@ fn retention_loop(inner: &Inner, age: Duration, shutdown: Receiver<()>) {
                 Counters::add(&inner.counters.db_errors, 1);
                 log::warn!("retention round failed: {e}");
             }
-            Err(p) => log::error!("retention round panicked: {}", panic_message(&p)),
+            Err(p) => log::error!("retention round panicked: {}", panic_message(&*p)),
         }
         wait(&never, &shutdown, cfg.retention_interval);
     }
@@ -1188,12 +1181,12 @@ fn reclaimer_loop(inner: &Inner, shutdown: Receiver<()>) {
         let now = Instant::now();
         if cfg.lease_renew_fraction > 0.0 {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| renew_due(inner, renew_after))) {
-                log::error!("lease renewal panicked: {}", panic_message(&p));
+                log::error!("lease renewal panicked: {}", panic_message(&*p));
             }
         }
         if now >= next_reclaim {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| reclaim_round(inner))) {
-                log::error!("reclaim panicked: {}", panic_message(&p));
+                log::error!("reclaim panicked: {}", panic_message(&*p));
             }
             next_reclaim = Instant::now() + cfg.reclaim_interval;
         }

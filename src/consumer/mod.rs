@@ -822,13 +822,8 @@ fn run_in(
         match ran {
             Ok(result) => result.map_err(classify_handler_error)?,
             Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".into());
                 return Err(Failure::Handler {
-                    error: format!("the handler panicked: {what}"),
+                    error: format!("the handler panicked: {}", crate::error::panic_message(&*panic)),
                     poison: false,
                 });
             }

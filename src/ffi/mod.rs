@@ -18,6 +18,7 @@
 // header) is the safety contract, as in rustls-ffi.
 #![allow(clippy::missing_safety_doc)]
 
+use crate::error::panic_message;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -231,13 +232,6 @@ fn set_last_error(message: &str) {
         m.clear();
         m.push_str(message);
     });
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
-    p.downcast_ref::<&str>()
-        .copied()
-        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("non-string panic payload")
 }
 
 /// Runs the body of an exported function that returns an [`outbox_result`]: a panic becomes

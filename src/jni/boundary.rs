@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use ::jni::objects::{JObject, JValue};
 use ::jni::JNIEnv;
 
-use crate::error::{ConfigError, Error};
+use crate::error::{panic_message, ConfigError, Error};
 
 /// Java package of the binding's classes, in JNI form.
 pub(crate) const PKG: &str = "io/outbox/";
@@ -71,17 +71,10 @@ pub(crate) fn guard<'local, R>(
             default
         }
         Err(panic) => {
-            throw(env, Failure::Panic(panic_message(panic.as_ref())));
+            throw(env, Failure::Panic(panic_message(panic.as_ref()).to_string()));
             default
         }
     }
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into())
 }
 
 /// Throws the Java exception for `failure`. Never panics: if the exception cannot be built,
