@@ -10,6 +10,11 @@
 //!   A key's **run** is its candidates from the head on, as long as they follow each other with no
 //!   pending row of the key in between. Only runs are claimed; every other candidate stays WAIT.
 //!   So a round reads about as many rows as it claims, never the backlog of a key.
+//! - **Heads behind the window.** A key's head that failed or was parked is due again later than
+//!   the key's newer rows (and than a backlog of other keys), so the scan window can be full of
+//!   rows blocked by heads it never reaches. The keys of a window whose head is WAIT but not a
+//!   candidate have that head read by id (one statement); a due one joins the candidates, one
+//!   still waiting is remembered until it is due, so it costs no statement per round.
 //! - **One run in flight per key.** While a run is SENDING, its key's head is SENDING and no
 //!   instance can claim the key's later rows. A run travels in one chunk, and the publisher sends
 //!   it in id order to one queue, stopping the key at its first failure.
@@ -57,6 +62,18 @@ pub(crate) fn run_sql(table: &str, statuses: &str, ranges: &[(String, EventId, E
     format!(
         "SELECT {KEY_IDENTITY_SQL}, id FROM {table} FORCE INDEX (idx_biz_no) \
          WHERE status IN ({statuses}) AND ({cond})"
+    )
+}
+
+/// The rows of `ids` (keys' oldest pending ids) that are WAIT, locked as the scan locks its
+/// rows, with `cols` and how long each is still to wait (`wait_us`, 0 when due): the heads that
+/// lie behind the scan window. A head released after a failure or a park is due again later than
+/// the key's newer rows and than a backlog of other keys, so the window may never reach it.
+pub(crate) fn heads_behind_sql(table: &str, cols: &str, ids: &[EventId]) -> String {
+    let ids = ids.iter().map(|id| id.to_string()).collect::<Vec<_>>().join(", ");
+    format!(
+        "SELECT {cols}, GREATEST(0, TIMESTAMPDIFF(MICROSECOND, NOW(3), next_retry_time)) AS wait_us \
+         FROM {table} WHERE id IN ({ids}) AND status = 'WAIT' FOR UPDATE SKIP LOCKED"
     )
 }
 

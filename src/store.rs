@@ -145,7 +145,14 @@ pub struct Store {
     /// `ordering = per-biz-no`: the statuses that hold back a key's later events (per the
     /// dead-head policy).
     blocking: &'static str,
+    /// Ordered claims: keys' oldest pending rows (heads) found not yet due, and when they are:
+    /// not read again before then (see [`crate::ordering`], "Heads behind the window").
+    heads_not_due: std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<EventId, std::time::Instant>>>,
 }
+
+/// Most heads [`Store`] remembers as not due; beyond it the memory is dropped (they are read
+/// again, which is only a statement).
+const MAX_HEADS_NOT_DUE: usize = 100_000;
 
 impl Store {
     pub fn new(pool: Pool, config: &Config, owner: String) -> Store {
@@ -157,6 +164,7 @@ impl Store {
             max_retry: config.max_retry,
             backoff_sql: backoff_sql(&config.backoff),
             blocking: crate::ordering::blocking_statuses(config.ordering_dead_head),
+            heads_not_due: Default::default(),
         }
     }
 
@@ -313,8 +321,12 @@ impl Store {
             .iter_mut()
             .map(|r| r.take::<Vec<u8>, _>(key_col).unwrap_or_default())
             .collect();
-        let Scanned { events, last, new_keys } = self.events_from_rows(rows);
-        let candidates: Vec<Candidate> = events
+        let Scanned {
+            mut events,
+            last,
+            mut new_keys,
+        } = self.events_from_rows(rows);
+        let mut candidates: Vec<Candidate> = events
             .iter()
             .zip(keys)
             .enumerate()
@@ -327,15 +339,59 @@ impl Store {
             .filter(|c| seen.insert(c.key.clone()))
             .map(|c| lit(&events[c.pos].0.biz_no))
             .collect();
-        // Per key: its oldest pending id, and whether that row is in flight (SENDING).
-        let mut oldest: HashMap<Vec<u8>, (EventId, bool)> = HashMap::new();
+        // Per key: its oldest pending id, and that row's status.
+        let mut oldest: HashMap<Vec<u8>, (EventId, String)> = HashMap::new();
         let head_rows: Vec<(Vec<u8>, String, EventId)> =
             tx.query(crate::ordering::head_sql(&self.table, statuses, &key_lits))?;
         for (key, status, min) in head_rows {
-            let sending = status == status::SENDING;
-            let e = oldest.entry(key).or_insert((min, sending));
-            if min < e.0 {
-                *e = (min, sending);
+            match oldest.get_mut(&key) {
+                Some(e) if e.0 <= min => {}
+                Some(e) => *e = (min, status),
+                None => {
+                    oldest.insert(key, (min, status));
+                }
+            }
+        }
+        // Heads that are WAIT but not candidates (behind the window, or not due): read them by
+        // id; a due one becomes a candidate, one still waiting is not read again until it is due.
+        let in_window: HashSet<EventId> = candidates.iter().map(|c| c.id).collect();
+        let behind: Vec<EventId> = {
+            let now = std::time::Instant::now();
+            let mut not_due = self.heads_not_due.lock();
+            not_due.retain(|_, until| *until > now);
+            let mut ids: Vec<EventId> = oldest
+                .values()
+                .filter(|(id, st)| st == status::WAIT && !in_window.contains(id) && !not_due.contains_key(id))
+                .map(|(id, _)| *id)
+                .collect();
+            ids.sort_unstable();
+            ids
+        };
+        if !behind.is_empty() {
+            let pulled: Vec<Row> = tx.query(crate::ordering::heads_behind_sql(&self.table, &cols, &behind))?;
+            let now = std::time::Instant::now();
+            for mut row in pulled {
+                let wait_us: u64 = row.take(key_col + 1).unwrap_or(0);
+                if wait_us > 0 {
+                    let id: EventId = row.get(0).unwrap_or(0);
+                    let mut not_due = self.heads_not_due.lock();
+                    if not_due.len() >= MAX_HEADS_NOT_DUE {
+                        not_due.clear();
+                    }
+                    not_due.insert(id, now + Duration::from_micros(wait_us));
+                    continue;
+                }
+                let key = row.take::<Vec<u8>, _>(key_col).unwrap_or_default();
+                let head = self.events_from_rows(vec![row]);
+                new_keys.extend(head.new_keys);
+                for event in head.events {
+                    candidates.push(Candidate {
+                        pos: events.len(),
+                        id: event.0.id,
+                        key: key.clone(),
+                    });
+                    events.push(event);
+                }
             }
         }
         let heads: HashMap<Vec<u8>, EventId> = oldest.iter().map(|(k, v)| (k.clone(), v.0)).collect();
@@ -360,7 +416,7 @@ impl Store {
         let in_run: HashSet<usize> = runs.iter().flatten().copied().collect();
         let stuck = candidates
             .iter()
-            .filter(|c| !in_run.contains(&c.pos) && !oldest.get(&c.key).is_some_and(|h| h.1))
+            .filter(|c| !in_run.contains(&c.pos) && oldest.get(&c.key).is_none_or(|h| h.1 != status::SENDING))
             .count() as u64;
         if claimed_n == 0 {
             tx.commit()?;

@@ -82,6 +82,67 @@ fn regression_an_ordered_claim_round_reads_as_many_rows_with_10_000_waiting_per_
     assert!(deep1 <= 600, "{figures:?}");
 }
 
+/// The smallest id of `key`'s rows.
+fn head_of(db: &TestDb, key: &str) -> u64 {
+    db.conn()
+        .exec_first("SELECT MIN(id) FROM t_event_record WHERE biz_no = ?", (key,))
+        .unwrap()
+        .unwrap()
+}
+
+#[test]
+fn a_due_head_behind_the_scan_window_is_claimed_and_one_not_due_is_not_read_again() {
+    // 50 keys x 20 events, due an hour ago. KEY-7's head was released after a failure (or a
+    // park) and is due only now: in scan order it comes after every other row, far behind a
+    // window of 100. KEY-8's head waits out a backoff of an hour.
+    let db = TestDb::new("ordbehind");
+    fill(&db, 50, 20);
+    let (h7, h8) = (head_of(&db, "KEY-7"), head_of(&db, "KEY-8"));
+    db.conn()
+        .query_drop(format!(
+            "UPDATE t_event_record SET next_retry_time = CASE id \
+             WHEN {h7} THEN NOW(3) - INTERVAL 1 SECOND WHEN {h8} THEN NOW(3) + INTERVAL 1 HOUR \
+             ELSE NOW(3) - INTERVAL 1 HOUR END"
+        ))
+        .unwrap();
+    let cfg = ordered_config(&db);
+    let store = single_connection_store(&db, &cfg, "ordbehind-1-000000");
+    let round = store.claim_ordered(100, 128).unwrap();
+    let of = |round: &outbox::store::ClaimRound, key: &str| -> Vec<u64> {
+        round
+            .claimed
+            .iter()
+            .filter(|c| c.event.biz_no == key)
+            .map(|c| c.event.id)
+            .collect()
+    };
+    // KEY-7: its head, then its rows of the window that follow it with nothing pending between.
+    let seven = of(&round, "KEY-7");
+    assert_eq!(
+        seven.first(),
+        Some(&h7),
+        "the head behind the window is claimed first: {seven:?}"
+    );
+    assert!(
+        seven.len() >= 2,
+        "and the key's next rows in the window with it: {seven:?}"
+    );
+    assert!(seven.windows(2).all(|w| w[0] < w[1]));
+    assert!(of(&round, "KEY-8").is_empty(), "a head in backoff holds its key back");
+    // The next round reads KEY-8's head no more (it is remembered as not due for an hour): the
+    // round costs the same statements as one without such a key.
+    let (with_waiting_head, round) = rows_read(&store, || store.claim_ordered(100, 128).unwrap());
+    assert!(of(&round, "KEY-8").is_empty());
+    db.conn()
+        .exec_drop("DELETE FROM t_event_record WHERE biz_no = 'KEY-8'", ())
+        .unwrap();
+    let (without, _) = rows_read(&store, || store.claim_ordered(100, 128).unwrap());
+    assert!(
+        with_waiting_head <= without + 40,
+        "rows read: {with_waiting_head} with a waiting head, {without} without"
+    );
+}
+
 #[test]
 fn a_run_stops_before_a_row_of_its_key_that_another_claimer_holds() {
     let db = TestDb::new("ordgap");

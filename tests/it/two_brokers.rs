@@ -17,7 +17,7 @@ use outbox::rocketmq::testing::read_topic;
 use outbox::rocketmq::RocketMqPublisher;
 use outbox::{Config, NewEvent, Relay};
 
-use crate::rocketmq_e2e::{ensure_broker, script, wait_drained, BROKER_LOCK};
+use crate::rocketmq_e2e::{ensure_broker, script, BROKER_LOCK};
 use crate::support::{wait_until, TestDb};
 
 const NAMESRV: &str = "127.0.0.1:9876";
@@ -132,6 +132,50 @@ fn sent_of(db: &TestDb, keys: &[String]) -> u64 {
         .unwrap_or(0)
 }
 
+/// Waits until no event is WAIT or SENDING, printing every 5 s what the rows and the relays are
+/// doing (so a drain that stops says where it stopped).
+fn drain(db: &TestDb, relays: &[Relay], limit: Duration, label: &str) -> bool {
+    let mut last_print = Instant::now();
+    wait_until(limit, || {
+        std::thread::sleep(Duration::from_millis(100));
+        let (open, retrying, sending): (u64, u64, u64) = db
+            .conn()
+            .query_first(
+                "SELECT COUNT(*), COALESCE(SUM(retry_count > 0), 0), COALESCE(SUM(status = 'SENDING'), 0) \
+                 FROM t_event_record WHERE status IN ('WAIT', 'SENDING')",
+            )
+            .unwrap()
+            .unwrap();
+        if last_print.elapsed() > Duration::from_secs(5) {
+            eprintln!(
+                "[{label}] {open} not yet sent ({retrying} after a failed attempt, {sending} SENDING); SUCCESS {}",
+                db.count("SUCCESS")
+            );
+            for r in relays {
+                let s = r.stats();
+                eprintln!(
+                    "  {}: claimed {} sent {} retried {} parked {} released {} possible dup {} in flight {} \
+                     blocked {} rounds {} breaker {:?} stalled {:?}",
+                    s.instance_id,
+                    s.claimed,
+                    s.sent,
+                    s.retried,
+                    s.parked,
+                    s.released_unsent,
+                    s.possible_duplicates,
+                    s.in_flight,
+                    s.claim_blocked,
+                    s.claim_rounds,
+                    s.breaker_state,
+                    s.stalled,
+                );
+            }
+            last_print = Instant::now();
+        }
+        open == 0
+    })
+}
+
 #[test]
 fn ordered_keys_keep_their_queue_and_commit_order_while_one_of_two_brokers_is_down() {
     let _exclusive = BROKER_LOCK.write();
@@ -218,7 +262,7 @@ fn ordered_keys_keep_their_queue_and_commit_order_while_one_of_two_brokers_is_do
     );
     assert!(parked > 0, "the dead broker's keys were parked");
     assert!(
-        wait_drained(&db, Duration::from_secs(180), "two brokers, ordered"),
+        drain(&db, &relays, Duration::from_secs(180), "two brokers, ordered"),
         "events left unsent after broker-b came back"
     );
     let stats: Vec<_> = relays.iter().map(|r| r.counters()).collect();
@@ -298,7 +342,7 @@ fn unordered_delivery_goes_on_unchanged_with_one_of_two_brokers_down() {
         (before, during, killed_at)
     });
     assert!(
-        wait_drained(&db, Duration::from_secs(180), "two brokers, ordered"),
+        drain(&db, &relays, Duration::from_secs(180), "two brokers, unordered"),
         "events left unsent"
     );
     let stats: Vec<_> = relays.iter().map(|r| r.counters()).collect();
