@@ -200,6 +200,11 @@ impl RocketMqPublisher {
             std::process::id(),
             rand::random::<u32>()
         )));
+        // Unordered sends, whose queue the client picks: after a send to a broker fails (the
+        // connection refused, an error response), pick the other brokers' queues for a while
+        // (10 s) instead of failing every other send until the client's next route update. With
+        // one broker the client falls back to its queues. Ordered sends pick their own queue.
+        client_config.set_send_latency_enable(true);
         let timeout_ms = config.send_timeout.as_millis().clamp(1, u32::MAX as u128) as u32;
         // The client refuses bodies above its own limit before sending; let it accept whatever
         // enqueue accepted (payload.max.bytes), so the broker's own limit is the judge.

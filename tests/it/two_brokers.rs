@@ -351,9 +351,15 @@ fn unordered_delivery_goes_on_unchanged_with_one_of_two_brokers_down() {
     }
     let retried: u64 = stats.iter().map(|s| s.retried).sum();
     let released: u64 = stats.iter().map(|s| s.released_unsent).sum();
+    let breaker_opened: u64 = stats.iter().map(|s| s.breaker_opened).sum();
     eprintln!(
-        "unordered, one of two brokers down: {:.0}/s before, {:.0}/s during; retried {retried}, released unsent {released}",
+        "unordered, one of two brokers down: {:.0}/s before, {:.0}/s during; retried {retried}, \
+         released unsent {released}, breaker opened {breaker_opened}",
         rates.0, rates.1
+    );
+    assert_eq!(
+        breaker_opened, 0,
+        "one broker of two down must not open the relay's breaker (the client picks the live broker's queues)"
     );
     assert_eq!(db.count("FAIL"), 0);
     // A send in flight on broker-b when it was killed has an unknown outcome and is retried, as
