@@ -154,6 +154,9 @@ pub struct Store {
 /// again, which is only a statement).
 const MAX_HEADS_NOT_DUE: usize = 100_000;
 
+/// Longest a head found not due is left unread (its `next_retry_time` may be changed by hand).
+const HEAD_RECHECK: Duration = Duration::from_secs(30);
+
 impl Store {
     pub fn new(pool: Pool, config: &Config, owner: String) -> Store {
         Store {
@@ -378,7 +381,8 @@ impl Store {
                     if not_due.len() >= MAX_HEADS_NOT_DUE {
                         not_due.clear();
                     }
-                    not_due.insert(id, now + Duration::from_micros(wait_us));
+                    // At most HEAD_RECHECK: a head made due by hand is seen within it.
+                    not_due.insert(id, now + Duration::from_micros(wait_us).min(HEAD_RECHECK));
                     continue;
                 }
                 let key = row.take::<Vec<u8>, _>(key_col).unwrap_or_default();
