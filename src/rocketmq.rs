@@ -810,6 +810,12 @@ fn route_queues(
         .ok()
 }
 
+/// A send that failed before it reached a broker that could store it, for a reason of that
+/// broker (not a missing route, which every broker would give alike).
+fn refused_by_a_broker(outcome: &SendOutcome) -> bool {
+    matches!(outcome, SendOutcome::Failed(e) if e.kind == FailureKind::Unavailable && !e.message.starts_with(NO_ROUTE))
+}
+
 fn single_result(
     result: std::result::Result<rocketmq_client_rust::ClientResult<Option<SendResult>>, SendError>,
 ) -> SendOutcome {
@@ -846,6 +852,7 @@ impl Publisher for RocketMqPublisher {
             }
         }
         let mut broker_down: Option<SendError> = None;
+        let mut resent = false;
         if let Some(book) = &self.book {
             self.publish_ordered(live, book, events, &mut built, &sizes, &mut outcomes, deadline);
         } else {
@@ -858,7 +865,24 @@ impl Publisher for RocketMqPublisher {
                 } else if deadline.saturating_duration_since(Instant::now()) < MIN_SEND_BUDGET {
                     vec![SendOutcome::Failed(budget_spent()); members.len()]
                 } else {
-                    self.send_group(live, &members, messages, deadline)
+                    let mut r = self.send_group(live, &members, messages, deadline);
+                    // Refused before it reached a broker that could store it (connection refused,
+                    // broker not serving): free to repeat at once, once per call, and the client
+                    // now steers it to another broker of the topic (its fault tolerance marked
+                    // this one). With every broker down the repeat fails the same way.
+                    if !resent && r.iter().all(refused_by_a_broker) {
+                        resent = true;
+                        let again: Vec<Message> = members
+                            .iter()
+                            .filter_map(|e| build_message(e, self.tag_source).ok())
+                            .collect();
+                        if again.len() == members.len()
+                            && deadline.saturating_duration_since(Instant::now()) >= MIN_SEND_BUDGET
+                        {
+                            r = self.send_group(live, &members, again, deadline);
+                        }
+                    }
+                    r
                 };
                 for (&i, r) in group.iter().zip(results) {
                     if let SendOutcome::Failed(e) = &r {

@@ -132,6 +132,20 @@ fn sent_of(db: &TestDb, keys: &[String]) -> u64 {
         .unwrap_or(0)
 }
 
+/// Creates `topic` (8 queues) on both brokers and waits until its route lists both.
+fn create_on_both_brokers(db: &TestDb, topic: &str) {
+    let admin = RocketMqPublisher::start(&config(db, topic, false)).unwrap();
+    admin.create_topic(topic, 8).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(30), || admin
+            .topic_brokers(topic, Duration::from_secs(3))
+            .len()
+            == 2),
+        "the topic's route never listed both brokers"
+    );
+    admin.close();
+}
+
 /// Waits until no event is WAIT or SENDING, printing every 5 s what the rows and the relays are
 /// doing (so a drain that stops says where it stopped).
 fn drain(db: &TestDb, relays: &[Relay], limit: Duration, label: &str) -> bool {
@@ -184,16 +198,7 @@ fn ordered_keys_keep_their_queue_and_commit_order_while_one_of_two_brokers_is_do
     let topic = format!("TWO_ORDERED_{:08x}", rand::random::<u32>());
     let cfg = config(&db, &topic, true);
     // An ordered topic is created on every broker before it is relayed (as an operator would).
-    let admin = RocketMqPublisher::start(&config(&db, &topic, false)).unwrap();
-    admin.create_topic(&topic, 8).unwrap();
-    assert!(
-        wait_until(Duration::from_secs(30), || admin
-            .topic_brokers(&topic, Duration::from_secs(3))
-            .len()
-            == 2),
-        "the topic's route never listed both brokers"
-    );
-    admin.close();
+    create_on_both_brokers(&db, &topic);
     const KEYS: usize = 40;
     let relays: Vec<Relay> = (0..2).map(|i| start_relay(&cfg, &format!("two-{i}-000000"))).collect();
     let stop = AtomicBool::new(false);
@@ -318,6 +323,10 @@ fn unordered_delivery_goes_on_unchanged_with_one_of_two_brokers_down() {
     let db = TestDb::new("two_unordered");
     let topic = format!("TWO_UNORDERED_{:08x}", rand::random::<u32>());
     let cfg = config(&db, &topic, false);
+    // The topic is on both brokers before it is relayed, as an operator creates it. (A topic
+    // created by first sends exists only on the brokers those sends reached; a client that saw
+    // it on broker-b alone has nowhere else to send until its next route update, 30 s later.)
+    create_on_both_brokers(&db, &topic);
     let relays: Vec<Relay> = (0..2).map(|i| start_relay(&cfg, &format!("twou-{i}-000000"))).collect();
     let stop = AtomicBool::new(false);
     let rates = std::thread::scope(|s| {
