@@ -17,7 +17,7 @@ use crate::config::{ClaimStrategy, Config};
 use crate::error::{panic_message, Error, Result};
 use crate::event::{EventId, NewEvent};
 use crate::publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counters, OrderedRound, Stats};
 use crate::store::{ClaimRound, Claimed, DeadLetter, ScanPosition, Store};
 
 /// Called once per dead-lettered event, for alerting. Runs on a relay thread; keep it short.
@@ -629,6 +629,17 @@ fn scanner_loop(
         let conflicts = round.conflicts as usize;
         let blocked = round.blocked;
         let ordered_next = ordered.then(|| OrderedNext::after(&round, limit));
+        if ordered {
+            inner.counters.blocked.round(&OrderedRound {
+                claimed: n as u64,
+                blocked,
+                stuck: round.stuck,
+                stuck_keys: round.stuck_keys,
+                dead_heads: round.dead_heads,
+                in_flight: in_flight as u64,
+                from_head,
+            });
+        }
         position = match ordered_next {
             // Walk past a window of keys that stay blocked for a while.
             Some(OrderedNext::SkipAhead) if cfg.scan_drain => round.last.clone(),

@@ -34,6 +34,8 @@ pub(crate) struct Counters {
     pub claims: FailureStreak,
     /// State changes after a send (ack, release, fail, renew) failing one after the other.
     pub writes: FailureStreak,
+    /// Ordered relays: how long due events have waited with nothing claimable.
+    pub blocked: BlockedSpell,
 }
 
 /// Failures of one kind of database work in a row, so that a relay that cannot make progress
@@ -66,6 +68,8 @@ pub(crate) enum Loud {
     Warn(String),
     /// A repeated failure: an ERROR with the count since the last log line.
     Error(String),
+    /// The end of a spell that was reported.
+    Info(String),
 }
 
 impl FailureStreak {
@@ -87,6 +91,7 @@ impl FailureStreak {
             Loud::Quiet => {}
             Loud::Warn(m) => log::warn!("{m}"),
             Loud::Error(m) => log::error!("{m}"),
+            Loud::Info(m) => log::info!("{m}"),
         }
     }
 
@@ -162,6 +167,100 @@ impl FailureStreak {
 impl Default for FailureStreak {
     fn default() -> FailureStreak {
         FailureStreak::new("database work", 3)
+    }
+}
+
+/// An ordered claim round as [`BlockedSpell`] sees it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OrderedRound {
+    pub claimed: u64,
+    /// Due candidates left WAIT behind an earlier event of their key.
+    pub blocked: u64,
+    /// Of those, the ones whose key has no event in flight anywhere.
+    pub stuck: u64,
+    pub stuck_keys: u64,
+    /// Keys held by a dead-lettered oldest event (`ordering.dead.head = block`).
+    pub dead_heads: u64,
+    /// This relay's events in flight when the round ran.
+    pub in_flight: u64,
+    /// The round scanned from the head of the due rows (not on from a position of a walk).
+    pub from_head: bool,
+}
+
+/// Ordered relays: a spell of claim rounds that find due events and claim none, while none of
+/// their keys has an event in flight on any instance and this relay has nothing in flight. The
+/// relay is then idle with work waiting (keys whose oldest event waits out a backoff or a park,
+/// or is dead-lettered under `ordering.dead.head = block`; or a fault of the claim itself): a
+/// WARN once the spell has lasted [`BlockedSpell::WARN_AFTER`], again at most every
+/// [`BlockedSpell::WARN_EVERY`], an INFO when a round claims again, and the spell's length in
+/// the stats (`ordered_blocked_ms`) meanwhile.
+#[derive(Debug, Default)]
+pub(crate) struct BlockedSpell {
+    state: Mutex<SpellState>,
+}
+
+#[derive(Debug, Default)]
+struct SpellState {
+    since: Option<Instant>,
+    last_warn: Option<Instant>,
+}
+
+impl BlockedSpell {
+    pub const WARN_AFTER: Duration = Duration::from_secs(60);
+    pub const WARN_EVERY: Duration = Duration::from_secs(60);
+
+    /// Records a round and logs what it should.
+    pub fn round(&self, r: &OrderedRound) {
+        match self.round_at(Instant::now(), r) {
+            Loud::Quiet => {}
+            Loud::Warn(m) | Loud::Error(m) => log::warn!("{m}"),
+            Loud::Info(m) => log::info!("{m}"),
+        }
+    }
+
+    pub fn round_at(&self, now: Instant, r: &OrderedRound) -> Loud {
+        let mut st = self.state.lock();
+        let progress = r.claimed > 0 || r.in_flight > 0 || r.blocked > r.stuck;
+        let nothing_due = r.blocked == 0;
+        if nothing_due && !r.from_head && !progress {
+            // The end of a walk past stuck keys says nothing about the rows before it.
+            return Loud::Quiet;
+        }
+        if progress || nothing_due {
+            let was = st.since.take();
+            return match (was, st.last_warn.take()) {
+                (Some(since), Some(_)) => Loud::Info(format!(
+                    "ordered claims go on after {:.0} s with nothing claimable",
+                    now.duration_since(since).as_secs_f64()
+                )),
+                _ => Loud::Quiet,
+            };
+        }
+        let since = *st.since.get_or_insert(now);
+        let over = now.duration_since(since);
+        if over < Self::WARN_AFTER || st.last_warn.is_some_and(|t| now.duration_since(t) < Self::WARN_EVERY) {
+            return Loud::Quiet;
+        }
+        st.last_warn = Some(now);
+        let dead = match r.dead_heads {
+            0 => String::new(),
+            d => format!(
+                "; {d} of these keys are held by a dead-lettered event (ordering.dead.head = block): \
+                 `outboxd dead-letters replay` sends it, or resolve it by hand"
+            ),
+        };
+        Loud::Warn(format!(
+            "ordered relay idle for {:.0} s with due events waiting: the last round found {} due events of {} keys \
+             whose oldest pending event is not in flight (waiting out a retry backoff or a park){dead}",
+            over.as_secs_f64(),
+            r.blocked,
+            r.stuck_keys
+        ))
+    }
+
+    /// How long the current spell has lasted (`None` outside one).
+    pub fn length(&self) -> Option<Duration> {
+        self.state.lock().since.map(|t| t.elapsed())
     }
 }
 
@@ -246,6 +345,9 @@ pub struct Stats {
     pub since_last_claim: Option<Duration>,
     /// Why the relay cannot make progress, while it cannot (claims or writes failing in a row).
     pub stalled: Option<String>,
+    /// Ordered relays: how long claim rounds have found due events and nothing claimable, with
+    /// no key of theirs in flight (docs/ordering.md, "Keys that stay blocked"); `None` otherwise.
+    pub ordered_blocked: Option<Duration>,
     /// Database gauges, `None` if the database did not answer.
     pub gauges: Option<Gauges>,
 }
@@ -279,6 +381,7 @@ impl Counters {
             write_failures_in_a_row: self.writes.in_a_row(),
             since_last_claim: self.claims.since_success(),
             stalled: self.stalled(),
+            ordered_blocked: self.blocked.length(),
             gauges,
         }
     }
@@ -334,6 +437,7 @@ impl Stats {
             "write_failures_in_a_row": self.write_failures_in_a_row,
             "since_last_claim_ms": self.since_last_claim.map(ms),
             "stalled": self.stalled,
+            "ordered_blocked_ms": self.ordered_blocked.map(ms),
             "gauges": gauges,
         })
         .to_string()
@@ -366,5 +470,73 @@ mod tests {
         assert_eq!(s.in_a_row(), 0);
         assert_eq!(s.stalled(), None);
         assert!(matches!(s.failed_at(t0 + Duration::from_secs(13), &e), Loud::Warn(_)));
+    }
+
+    fn stuck(blocked: u64, dead_heads: u64, from_head: bool) -> OrderedRound {
+        OrderedRound {
+            blocked,
+            stuck: blocked,
+            stuck_keys: 2,
+            dead_heads,
+            from_head,
+            ..OrderedRound::default()
+        }
+    }
+
+    #[test]
+    fn an_ordered_relay_idle_with_due_events_warns_after_a_minute_at_a_bounded_rate_and_says_when_it_claims_again() {
+        let b = BlockedSpell::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(b.round_at(t0, &stuck(5, 1, true)), Loud::Quiet);
+        assert!(b.length().is_some(), "the spell has begun");
+        // The end of a walk past the stuck keys (nothing after the position) changes nothing.
+        assert_eq!(b.round_at(at(1), &stuck(0, 0, false)), Loud::Quiet);
+        assert_eq!(b.round_at(at(59), &stuck(5, 1, true)), Loud::Quiet);
+        match b.round_at(at(61), &stuck(5, 1, true)) {
+            Loud::Warn(m) => assert!(
+                m.contains("idle for 61 s") && m.contains("5 due events of 2 keys") && m.contains("1 of these keys"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            b.round_at(at(100), &stuck(5, 1, true)),
+            Loud::Quiet,
+            "at most one WARN a minute"
+        );
+        assert!(matches!(b.round_at(at(122), &stuck(5, 0, true)), Loud::Warn(m) if !m.contains("dead-lettered")));
+        // A round claims: the spell ends, with an INFO since it was reported.
+        let claimed = OrderedRound {
+            claimed: 3,
+            ..stuck(5, 0, true)
+        };
+        assert!(matches!(b.round_at(at(123), &claimed), Loud::Info(m) if m.contains("123 s")));
+        assert_eq!(b.length(), None);
+    }
+
+    #[test]
+    fn keys_in_flight_anywhere_or_nothing_due_is_not_an_idle_spell() {
+        let b = BlockedSpell::default();
+        let t0 = Instant::now();
+        let busy_elsewhere = OrderedRound {
+            stuck: 2,
+            ..stuck(5, 0, true)
+        };
+        let ours_in_flight = OrderedRound {
+            in_flight: 1,
+            ..stuck(5, 0, true)
+        };
+        for (i, r) in [busy_elsewhere, ours_in_flight, stuck(0, 0, true)].iter().enumerate() {
+            assert_eq!(b.round_at(t0 + Duration::from_secs(120 * i as u64), r), Loud::Quiet);
+            assert_eq!(b.length(), None, "{r:?}");
+        }
+        // A spell that was never reported ends quietly.
+        b.round_at(t0, &stuck(5, 0, true));
+        assert_eq!(
+            b.round_at(t0 + Duration::from_secs(30), &stuck(0, 0, true)),
+            Loud::Quiet
+        );
+        assert_eq!(b.length(), None);
     }
 }

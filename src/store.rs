@@ -88,6 +88,11 @@ pub struct ClaimRound {
     /// in flight (waiting out a backoff or a park, or dead-lettered with the block policy): they
     /// stay blocked for a while, unlike the keys of runs in flight.
     pub stuck: u64,
+    /// Ordered claims: the distinct keys of the stuck candidates.
+    pub stuck_keys: u64,
+    /// Ordered claims: of those keys, the ones whose oldest pending event is dead-lettered (FAIL,
+    /// with `ordering.dead.head = block`): they wait until it is replayed or resolved by hand.
+    pub dead_heads: u64,
 }
 
 /// A place in the scan order `(next_retry_time, id)`. A round that starts after it skips the
@@ -418,9 +423,16 @@ impl Store {
         let claimed_n: usize = runs.iter().map(Vec::len).sum();
         let blocked = (candidates.len() - claimed_n) as u64;
         let in_run: HashSet<usize> = runs.iter().flatten().copied().collect();
-        let stuck = candidates
+        let stuck_of: Vec<&Candidate> = candidates
             .iter()
             .filter(|c| !in_run.contains(&c.pos) && oldest.get(&c.key).is_none_or(|h| h.1 != status::SENDING))
+            .collect();
+        let stuck = stuck_of.len() as u64;
+        let stuck_key_set: HashSet<&Vec<u8>> = stuck_of.iter().map(|c| &c.key).collect();
+        let stuck_keys = stuck_key_set.len() as u64;
+        let dead_heads = stuck_key_set
+            .iter()
+            .filter(|k| oldest.get(**k).is_some_and(|h| h.1 == status::FAIL))
             .count() as u64;
         if claimed_n == 0 {
             tx.commit()?;
@@ -428,6 +440,8 @@ impl Store {
                 last,
                 blocked,
                 stuck,
+                stuck_keys,
+                dead_heads,
                 ..ClaimRound::default()
             });
         }
@@ -458,6 +472,8 @@ impl Store {
             runs: lengths,
             blocked,
             stuck,
+            stuck_keys,
+            dead_heads,
         })
     }
 

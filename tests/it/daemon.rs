@@ -387,6 +387,7 @@ fn run_relays_serves_metrics_and_drains_on_sigterm() {
         "outbox_claim_failures_in_a_row",
         "outbox_write_failures_in_a_row",
         "outbox_stalled 0",
+        "outbox_ordered_blocked_seconds 0",
     ] {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
     }

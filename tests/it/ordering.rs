@@ -223,6 +223,73 @@ fn a_fail_head_holds_back_its_key_only_with_the_block_policy() {
     }
 }
 
+/// An ordered relay with due events and nothing claimable, none of their keys in flight, is idle
+/// with work waiting: the stats say for how long (`ordered_blocked_ms`; a WARN follows after a
+/// minute, `stats::tests`), until a round claims again.
+#[test]
+fn keys_held_by_dead_heads_show_as_an_idle_spell_until_the_heads_are_resolved() {
+    let db = TestDb::new("ordidle");
+    db.conn()
+        .query_drop(
+            "INSERT INTO t_event_record (biz_no, event_type, payload, status) VALUES \
+             ('ORD-1', 'CREATED', 'x', 'FAIL'), ('ORD-1', 'PAID', 'x', 'WAIT'), ('ORD-1', 'SHIPPED', 'x', 'WAIT'), \
+             ('ORD-2', 'CREATED', 'x', 'FAIL'), ('ORD-2', 'PAID', 'x', 'WAIT')",
+        )
+        .unwrap();
+    let mut cfg = ordered_config(&db);
+    cfg.ordering_dead_head = DeadHeadPolicy::Block;
+    let round = Store::new(db.pool.clone(), &cfg, "ordidle-0-000000".into())
+        .claim_ordered(10, 10)
+        .unwrap();
+    assert_eq!(
+        (
+            round.claimed.len(),
+            round.blocked,
+            round.stuck,
+            round.stuck_keys,
+            round.dead_heads
+        ),
+        (0, 3, 3, 2, 2),
+        "3 due events of 2 keys, each held by a dead head"
+    );
+    let rec = Recorder::ordered(Vec::new());
+    let relay = Relay::builder(cfg).publisher(rec.clone()).start().unwrap();
+    assert!(
+        wait_until(LONG, || {
+            let s = relay.counters();
+            s.claim_rounds >= 3 && s.ordered_blocked.is_some()
+        }),
+        "{:?}",
+        relay.counters()
+    );
+    let json: serde_json::Value = serde_json::from_str(&relay.counters().to_json()).unwrap();
+    assert!(json["ordered_blocked_ms"].is_u64(), "{json}");
+    assert_eq!(rec.total_sent(), 0);
+    // Resolved by hand: the keys flow, in order, and the spell is over.
+    db.conn()
+        .query_drop("UPDATE t_event_record SET status = 'SUCCESS' WHERE status = 'FAIL'")
+        .unwrap();
+    relay.notify();
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 5), "{:?}", db.rows());
+    assert_eq!(relay.counters().ordered_blocked, None);
+    relay.stop(Duration::from_secs(5));
+    let sent: Vec<(String, u64)> = rec
+        .sent_events
+        .lock()
+        .iter()
+        .map(|e| (e.biz_no.clone(), e.id))
+        .collect();
+    let of = |k: &str| {
+        sent.iter()
+            .filter(|(b, _)| b == k)
+            .map(|(_, id)| *id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of("ORD-1").len(), 2);
+    assert!(of("ORD-1").windows(2).all(|w| w[0] < w[1]), "{sent:?}");
+    assert_eq!(of("ORD-2").len(), 1);
+}
+
 #[test]
 fn a_parked_key_waits_without_using_attempts_while_other_keys_flow() {
     let db = TestDb::new("ordpark");

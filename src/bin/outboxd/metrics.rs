@@ -204,6 +204,12 @@ impl Collector for RelayCollector {
         }
         gauge(
             &mut enc,
+            "outbox_ordered_blocked_seconds",
+            "Ordered relays: how long due events have waited with nothing claimable and none of their keys in flight (0 otherwise)",
+            s.ordered_blocked.map_or(0.0, |d| d.as_secs_f64()),
+        )?;
+        gauge(
+            &mut enc,
             "outbox_in_flight",
             "Claimed events not yet recorded",
             s.in_flight as f64,
