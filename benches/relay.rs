@@ -43,6 +43,8 @@ struct Row {
     conflicts: Option<u64>,
     possible_dups: Option<u64>,
     note: String,
+    /// Latency runs: every event's commit-to-ack time, sorted.
+    samples: Vec<Duration>,
 }
 
 fn opt(v: Option<f64>, prec: usize) -> String {
@@ -595,6 +597,7 @@ fn latency_with(rate: u64, secs: u64, fast_path: bool, ordered: Option<KeyShape>
             opt(pct(&to_success, 0.5), 1),
             opt(pct(&to_success, 0.99), 1)
         ),
+        samples: l,
         ..Default::default()
     }
 }
@@ -774,6 +777,39 @@ fn big_backlog(n: u64) -> Row {
 
 // ---------------------------------------------------------------- output
 
+/// Per mode, over rounds of `per_round` rows taking turns: the p99 of each round, of all its
+/// events pooled, and its ratio to the unordered mode (the first of each round).
+fn print_latency_rounds(rows: &[Row], per_round: usize) {
+    println!("\ncommit -> ack at 1000/s, rounds taking turns:");
+    let unordered: Vec<Duration> = {
+        let mut v: Vec<Duration> = rows.iter().step_by(per_round).flat_map(|r| r.samples.clone()).collect();
+        v.sort_unstable();
+        v
+    };
+    for m in 0..per_round {
+        let of_mode: Vec<&Row> = rows.iter().skip(m).step_by(per_round).collect();
+        let mut pooled: Vec<Duration> = of_mode.iter().flat_map(|r| r.samples.clone()).collect();
+        pooled.sort_unstable();
+        let per: Vec<String> = of_mode.iter().map(|r| opt(r.p99_ms, 1)).collect();
+        let ratios: Vec<String> = rows
+            .chunks(per_round)
+            .map(|round| match (round[m].p99_ms, round[0].p99_ms) {
+                (Some(o), Some(u)) => format!("{:.2}", o / u),
+                _ => "-".into(),
+            })
+            .collect();
+        println!(
+            "  {:<66} p99 per round [{}] ms, pooled p50 {} p99 {} ms = {:.2}x unordered (per round [{}])",
+            of_mode[0].name,
+            per.join(", "),
+            opt(pct(&pooled, 0.5), 1),
+            opt(pct(&pooled, 0.99), 1),
+            pct(&pooled, 0.99).unwrap_or(f64::NAN) / pct(&unordered, 0.99).unwrap_or(f64::NAN),
+            ratios.join(", ")
+        );
+    }
+}
+
 fn print_table(rows: &[Row]) {
     println!(
         "\n{:<48} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>7} {:>6}  note",
@@ -946,20 +982,32 @@ fn main() {
     let big = args.iter().any(|a| a == "--big");
     let only_ordered = args.iter().any(|a| a == "--ordered");
     if args.iter().any(|a| a == "--latency") {
-        // Commit-to-ack latency alone, unordered and ordered (a quick check while tuning).
+        // Commit-to-ack latency alone, unordered and ordered, in `--rounds N` (default 3) rounds
+        // that take turns (unordered, spread, burst, unordered, ...), so that every mode meets the
+        // same spells of a busy machine; each mode's p99 is then taken over all its rounds.
+        let rounds: usize = args
+            .iter()
+            .position(|a| a == "--rounds")
+            .and_then(|i| args.get(i + 1))
+            .map(|v| v.parse().unwrap_or_else(|_| panic!("--rounds: not a number: {v}")))
+            .unwrap_or(3);
+        let shapes = [None, Some(KeyShape::Spread), Some(KeyShape::Burst)];
         let mut rows = Vec::new();
-        for shape in [None, Some(KeyShape::Spread), Some(KeyShape::Burst)] {
-            let r = latency_with(1000, if quick { 5 } else { 10 }, true, shape);
-            eprintln!(
-                "  {:<70} p50 {} p99 {} ms\n    {}",
-                r.name,
-                opt(r.p50_ms, 1),
-                opt(r.p99_ms, 1),
-                r.note
-            );
-            rows.push(r);
+        for round in 1..=rounds {
+            for shape in shapes {
+                let r = latency_with(1000, if quick { 5 } else { 10 }, true, shape);
+                eprintln!(
+                    "  [{round}/{rounds}] {:<70} p50 {} p99 {} ms\n    {}",
+                    r.name,
+                    opt(r.p50_ms, 1),
+                    opt(r.p99_ms, 1),
+                    r.note
+                );
+                rows.push(r);
+            }
         }
         print_table(&rows);
+        print_latency_rounds(&rows, shapes.len());
         return;
     }
     let n: u64 = if quick { 20_000 } else { 60_000 };

@@ -5,7 +5,7 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 use mysql::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 
-use crate::support::{wait_until, Fault, Recorder, TestDb};
+use crate::support::{wait_until, Fault, Gate, Recorder, TestDb};
 use outbox::config::{DeadHeadPolicy, Ordering};
 use outbox::store::Store;
 use outbox::{Config, NewEvent, Relay, SendError};
@@ -221,6 +221,166 @@ fn a_fail_head_holds_back_its_key_only_with_the_block_policy() {
             "{policy:?}"
         );
     }
+}
+
+#[test]
+fn a_run_following_rows_of_ours_in_flight_is_claimed_only_under_their_claim_token() {
+    let db = TestDb::new("ordfollow");
+    fill(&db, 1, 4);
+    let cfg = ordered_config(&db);
+    let store = Store::new(db.pool.clone(), &cfg, "ordfollow-1-000000".into());
+    let first = store.claim_ordered(10, 2).unwrap();
+    let ids: Vec<u64> = first.claimed.iter().map(|c| c.event.id).collect();
+    let token = first.claimed[0].token;
+    assert_eq!((ids.len(), first.follows.clone()), (2, vec![None]));
+    let (a, b) = (ids[0], ids[1]);
+    // Without a claim of ours to follow, or with a token that is not the rows' claim: nothing.
+    assert!(store.claim_ordered(10, 10).unwrap().claimed.is_empty());
+    let wrong = store
+        .claim_ordered_after(10, 10, None, &|id| (id == a || id == b).then_some(token ^ 2))
+        .unwrap();
+    assert!(wrong.claimed.is_empty());
+    // Following the rows in flight under their token: the key's next run, after the last of them.
+    let next = store
+        .claim_ordered_after(10, 10, None, &|id| (id == a || id == b).then_some(token))
+        .unwrap();
+    let next_ids: Vec<u64> = next.claimed.iter().map(|c| c.event.id).collect();
+    assert_eq!(next_ids.len(), 2);
+    assert!(next_ids[0] > b && next_ids[0] < next_ids[1], "{next_ids:?}");
+    assert_eq!(next.follows, vec![Some(b)]);
+    // Following only the first of the two (the second not ours): the key is held back.
+    db.conn()
+        .query_drop(format!(
+            "UPDATE t_event_record SET status = 'WAIT' WHERE id IN ({}, {})",
+            next_ids[0], next_ids[1]
+        ))
+        .unwrap();
+    let partial = store
+        .claim_ordered_after(10, 10, None, &|id| (id == a).then_some(token))
+        .unwrap();
+    assert!(partial.claimed.is_empty());
+}
+
+/// Events of `key`, one per step, committed in one transaction; their ids.
+fn commit_steps(db: &TestDb, key: &str, steps: &[&str]) -> Vec<u64> {
+    let mut c = db.conn();
+    let mut tx = c.start_transaction(mysql::TxOpts::default()).unwrap();
+    let ids = steps
+        .iter()
+        .map(|step| outbox::enqueue_in_tx(&mut tx, &NewEvent::new(key, *step, "x")).unwrap())
+        .collect();
+    tx.commit().unwrap();
+    ids
+}
+
+/// Follow-on runs (docs/ordering.md): a key's next events are claimed while its run is in
+/// flight here, wait for it, and go once it is acked, in order, never in two calls at once.
+#[test]
+fn a_keys_next_events_are_claimed_while_its_run_is_in_flight_and_sent_after_its_ack() {
+    let db = TestDb::new("ordchain");
+    let gate = Gate::new();
+    let first = db.seed(1)[0];
+    let rec = Recorder::ordered(vec![Fault::Hold {
+        id: first,
+        gate: gate.clone(),
+    }]);
+    let relay = Relay::builder(ordered_config(&db))
+        .publisher(rec.clone())
+        .start()
+        .unwrap();
+    assert!(wait_until(LONG, || gate.arrived()), "the first send is in flight");
+    let key: String = db
+        .conn()
+        .exec_first("SELECT biz_no FROM t_event_record WHERE id = ?", (first,))
+        .unwrap()
+        .unwrap();
+    // The key's next events, committed together (so one round sees them all), and another key.
+    let mut ids = vec![first];
+    ids.extend(commit_steps(&db, &key, &["PAID", "SHIPPED", "DONE"]));
+    let other = relay.enqueue(&NewEvent::new("ANOTHER-KEY", "CREATED", "x")).unwrap();
+    assert!(
+        wait_until(LONG, || relay.counters().follow_ons == 3 && rec.sends_of(other) == 1),
+        "the key's next events are claimed behind the send in flight, other keys flow: {:?}",
+        relay.counters()
+    );
+    let sending: u64 = db
+        .conn()
+        .exec_first(
+            "SELECT COUNT(*) FROM t_event_record WHERE biz_no = ? AND status = 'SENDING'",
+            (key.as_str(),),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(sending, 4);
+    assert_eq!(
+        rec.total_sent(),
+        1,
+        "only the other key: nothing of this one before its first is acked"
+    );
+    gate.open();
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 5), "{:?}", db.rows());
+    relay.stop(Duration::from_secs(5));
+    let sent: Vec<u64> = rec
+        .sent_events
+        .lock()
+        .iter()
+        .filter(|e| e.biz_no == key)
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(sent, ids, "in commit order, each once");
+    assert_eq!(rec.key_overlaps.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+/// A follow-on run whose predecessor fails goes back to WAIT unsent, without an attempt, and the
+/// key then goes on in order from the failed event.
+#[test]
+fn a_follow_on_run_behind_a_failed_send_is_held_back_without_an_attempt() {
+    let db = TestDb::new("ordchainfail");
+    let gate = Gate::new();
+    let first = db.seed(1)[0];
+    let rec = Recorder::ordered(vec![
+        Fault::Hold {
+            id: first,
+            gate: gate.clone(),
+        },
+        Fault::Fail {
+            id: first,
+            error: SendError::rejected("scripted: the broker refused it"),
+            times: 1,
+        },
+    ]);
+    let mut cfg = ordered_config(&db);
+    cfg.backoff.base = Duration::from_millis(50);
+    cfg.backoff.max = Duration::from_millis(200);
+    let relay = Relay::builder(cfg).publisher(rec.clone()).start().unwrap();
+    assert!(wait_until(LONG, || gate.arrived()));
+    let key: String = db
+        .conn()
+        .exec_first("SELECT biz_no FROM t_event_record WHERE id = ?", (first,))
+        .unwrap()
+        .unwrap();
+    let mut ids = vec![first];
+    ids.extend(commit_steps(&db, &key, &["PAID", "SHIPPED"]));
+    relay.notify();
+    assert!(
+        wait_until(LONG, || relay.counters().follow_ons == 2),
+        "{:?}",
+        relay.counters()
+    );
+    gate.open();
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 3), "{:?}", db.rows());
+    let stats = relay.counters();
+    relay.stop(Duration::from_secs(5));
+    let sent: Vec<u64> = rec.sent_events.lock().iter().map(|e| e.id).collect();
+    assert_eq!(sent, ids, "the failed event again first, then the rest, each once");
+    let attempts: Vec<(u64, u32)> = db.rows().into_iter().map(|(id, _, n, _)| (id, n)).collect();
+    assert_eq!(
+        attempts,
+        vec![(ids[0], 1), (ids[1], 0), (ids[2], 0)],
+        "only the failed send used an attempt"
+    );
+    assert!(stats.released_unsent >= 2, "{stats:?}");
+    assert_eq!(rec.key_overlaps.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
 /// An ordered relay with due events and nothing claimable, none of their keys in flight, is idle
