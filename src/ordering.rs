@@ -16,8 +16,11 @@
 //!   candidate have that head read by id (one statement); a due one joins the candidates, one
 //!   still waiting is remembered until it is due, so it costs no statement per round.
 //! - **One run in flight per key.** While a run is SENDING, its key's head is SENDING and no
-//!   instance can claim the key's later rows. A run travels in one chunk, and the publisher sends
-//!   it in id order to one queue, stopping the key at its first failure.
+//!   other instance can claim the key's later rows. A run travels in one chunk, and the publisher
+//!   sends it in id order to one queue, stopping the key at its first failure.
+//! - **Follow-on runs.** The instance sending a key's run may claim the key's next rows behind it
+//!   (the claim checks the run's rows are SENDING under its own tokens); they wait in [`Chains`]
+//!   and go when the run is acked, or back to WAIT unsent if it is not.
 //! - **The queue of a key** is chosen by [`queue_index`] over a stable, ordered set of queues (the
 //!   queue book): every queue ever seen in the topic's route, not only the live ones.
 
