@@ -16,11 +16,8 @@
 //!   candidate have that head read by id (one statement); a due one joins the candidates, one
 //!   still waiting is remembered until it is due, so it costs no statement per round.
 //! - **One run in flight per key.** While a run is SENDING, its key's head is SENDING and no
-//!   other instance can claim the key's later rows. A run travels in one chunk, and the publisher
-//!   sends it in id order to one queue, stopping the key at its first failure.
-//! - **Follow-on runs.** The instance sending a key's run may claim the key's next rows behind it
-//!   (the claim checks the run's rows are SENDING under its own tokens); they wait in [`Chains`]
-//!   and go when the run is acked, or back to WAIT unsent if it is not.
+//!   instance can claim the key's later rows. A run travels in one chunk, and the publisher sends
+//!   it in id order to one queue, stopping the key at its first failure.
 //! - **The queue of a key** is chosen by [`queue_index`] over a stable, ordered set of queues (the
 //!   queue book): every queue ever seen in the topic's route, not only the live ones.
 
@@ -52,9 +49,8 @@ pub(crate) fn head_sql(table: &str, statuses: &str, keys: &[String]) -> String {
     )
 }
 
-/// The pending rows of each key between its head and its last candidate, with their status and
-/// claim token: one range of `idx_biz_no` per key and status. `ranges` holds (key literal, head
-/// id, last candidate id).
+/// The pending ids of each key between its head and its last candidate: one range of
+/// `idx_biz_no` per key and status. `ranges` holds (key literal, head id, last candidate id).
 pub(crate) fn run_sql(table: &str, statuses: &str, ranges: &[(String, EventId, EventId)]) -> String {
     let mut cond = String::new();
     for (key, from, to) in ranges {
@@ -64,7 +60,7 @@ pub(crate) fn run_sql(table: &str, statuses: &str, ranges: &[(String, EventId, E
         let _ = write!(cond, "(biz_no = {key} AND id BETWEEN {from} AND {to})");
     }
     format!(
-        "SELECT {KEY_IDENTITY_SQL}, id, status = 'SENDING', claim_token FROM {table} FORCE INDEX (idx_biz_no) \
+        "SELECT {KEY_IDENTITY_SQL}, id FROM {table} FORCE INDEX (idx_biz_no) \
          WHERE status IN ({statuses}) AND ({cond})"
     )
 }
@@ -89,29 +85,20 @@ pub(crate) struct Candidate {
     pub key: Vec<u8>,
 }
 
-/// A key whose smallest pending row is one of the candidates, or is this relay's and in flight
-/// (then its run, if any, follows that row).
+/// A key whose smallest pending row is one of the candidates.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Head {
     pub key: Vec<u8>,
-    /// Positions (in the scan) of the key's candidates, in id order.
+    /// Positions (in the scan) of the key's candidates, in id order; the first is the head.
     pub positions: Vec<usize>,
-    /// The key's head: its first candidate, or the row of ours in flight.
     pub first: EventId,
     pub last: EventId,
-    /// The head is this relay's, in flight: a run must follow the rows of ours it leads.
-    pub follows: bool,
 }
 
-/// The keys of `candidates` whose head (smallest pending id, from `heads`) is a candidate, or is
-/// in `ours` (rows this relay has in flight; their keys' runs follow them). A key missing from
-/// `heads` has no pending row the database could see: its candidates are not claimed this round
-/// (they are WAIT, so this only happens if they changed meanwhile).
-pub(crate) fn claimable_heads(
-    candidates: &[Candidate],
-    heads: &HashMap<Vec<u8>, EventId>,
-    ours: &dyn Fn(EventId) -> bool,
-) -> Vec<Head> {
+/// The keys of `candidates` whose head (smallest pending id, from `heads`) is a candidate. A key
+/// missing from `heads` has no pending row the database could see: its candidates are not
+/// claimed this round (they are WAIT, so this only happens if they changed meanwhile).
+pub(crate) fn claimable_heads(candidates: &[Candidate], heads: &HashMap<Vec<u8>, EventId>) -> Vec<Head> {
     let mut by_key: HashMap<&[u8], Vec<&Candidate>> = HashMap::new();
     let mut order: Vec<&[u8]> = Vec::new();
     for c in candidates {
@@ -125,182 +112,52 @@ pub(crate) fn claimable_heads(
     for key in order {
         let mut cs = by_key.remove(key).unwrap_or_default();
         cs.sort_by_key(|c| c.id);
-        let Some(&head) = heads.get(key) else { continue };
-        let follows = head != cs[0].id && head < cs[0].id && ours(head);
-        if head != cs[0].id && !follows {
+        let first = cs[0].id;
+        if heads.get(key) != Some(&first) {
             continue;
         }
         out.push(Head {
             key: key.to_vec(),
             positions: cs.iter().map(|c| c.pos).collect(),
-            first: head,
+            first,
             last: cs[cs.len() - 1].id,
-            follows,
         });
     }
     out
 }
 
-/// One pending row of a key, as the range read saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Pending {
-    pub id: EventId,
-    /// SENDING under a claim this relay holds and has in flight.
-    pub ours: bool,
-}
-
-/// A run: the scan positions of its rows, and the row of ours in flight it must follow.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Run {
-    pub positions: Vec<usize>,
-    pub after: Option<EventId>,
-}
-
-/// The run of each head: its candidates, in id order, while they are exactly the key's pending
-/// ids (`pending`: every pending row of the key from the head to its last candidate), at most
-/// `run_max` long. A following head's run starts after the key's leading rows of ours in flight
-/// and follows the last of them; it must start right after them.
+/// The run of each head: its candidates from the head on while they are exactly the key's
+/// pending ids in order (`pending`: every pending id of the key from the head to its last
+/// candidate), at most `run_max` long. Returns, per head, the positions of the run's rows.
 pub(crate) fn runs(
     heads: &[Head],
     candidates: &[Candidate],
-    pending: &HashMap<Vec<u8>, Vec<Pending>>,
+    pending: &HashMap<Vec<u8>, Vec<EventId>>,
     run_max: usize,
-) -> Vec<Run> {
+) -> Vec<Vec<usize>> {
     let run_max = run_max.max(1);
     heads
         .iter()
         .map(|h| {
-            if h.positions.len() == 1 && !h.follows {
-                return Run {
-                    positions: vec![h.positions[0]],
-                    after: None,
-                };
+            if h.positions.len() == 1 {
+                return vec![h.positions[0]];
             }
-            let Some(rows) = pending.get(&h.key) else {
+            let Some(ids) = pending.get(&h.key) else {
                 // The range read found nothing: the head changed meanwhile; claim nothing.
-                return Run {
-                    positions: Vec::new(),
-                    after: None,
-                };
+                return Vec::new();
             };
-            let mut rows = rows.clone();
-            rows.sort_unstable_by_key(|p| p.id);
-            let lead = if h.follows {
-                rows.iter().take_while(|p| p.ours).count()
-            } else {
-                0
-            };
-            let after = h.follows.then(|| rows[..lead].last().map(|p| p.id)).flatten();
-            if h.follows && after.is_none() {
-                // The row of ours in flight is no longer pending as ours: not this round.
-                return Run {
-                    positions: Vec::new(),
-                    after: None,
-                };
-            }
-            let positions = h
-                .positions
+            let mut ids = ids.clone();
+            ids.sort_unstable();
+            h.positions
                 .iter()
-                .zip(&rows[lead..])
-                .take_while(|(&pos, p)| candidates[pos].id == p.id)
+                .zip(ids)
+                .take_while(|(&pos, id)| candidates[pos].id == *id)
                 .take(run_max)
                 .map(|(&pos, _)| pos)
-                .collect();
-            Run { positions, after }
+                .collect()
         })
-        .filter(|run| !run.positions.is_empty())
+        .filter(|run: &Vec<usize>| !run.is_empty())
         .collect()
-}
-
-/// What became of the row a run follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Prior {
-    /// Still in flight, in the chunk with this sequence number.
-    InFlight(u64),
-    /// Its chunk ended and the row is acked (SENT under our claim).
-    Acked,
-    /// Its chunk ended without acking it (failed, released, lease lost), or no one remembers.
-    NotAcked,
-}
-
-/// How long the outcome of an ended row is remembered, for runs claimed just as it ended.
-const ENDED_KEPT: usize = 65_536;
-
-/// The rows this relay has in flight that a key's next run may follow, and the runs waiting for
-/// them (see docs/ordering.md, "Follow-on runs"). `C` is the relay's chunk.
-///
-/// A chunk's rows are *followable* from when it is handed to a worker until it ends. A run
-/// claimed behind followable rows waits here for their chunk to end; it is then sent if and
-/// only if the row it follows was acked, and its own rows become followable. So a key has at
-/// most one chunk being sent and one waiting, and its rows reach the broker in id order.
-pub(crate) struct Chains<C> {
-    /// Followable rows: id -> (chunk sequence number, claim token).
-    rows: HashMap<EventId, (u64, u64)>,
-    /// The followable rows of each chunk.
-    chunks: HashMap<u64, Vec<EventId>>,
-    /// Runs waiting for a chunk to end.
-    waiting: HashMap<u64, Vec<C>>,
-    /// Rows of ended chunks: whether each was acked (the last `ENDED_KEPT`).
-    ended: HashMap<EventId, bool>,
-    ended_order: std::collections::VecDeque<EventId>,
-}
-
-impl<C> Default for Chains<C> {
-    fn default() -> Self {
-        Chains {
-            rows: HashMap::new(),
-            chunks: HashMap::new(),
-            waiting: HashMap::new(),
-            ended: HashMap::new(),
-            ended_order: std::collections::VecDeque::new(),
-        }
-    }
-}
-
-impl<C> Chains<C> {
-    /// The claim token of a followable row.
-    pub fn token_of(&self, id: EventId) -> Option<u64> {
-        self.rows.get(&id).map(|&(_, token)| token)
-    }
-
-    /// The rows of chunk `seq` are being sent: a key's next run may follow them.
-    pub fn sending(&mut self, seq: u64, token: u64, ids: &[EventId]) {
-        for &id in ids {
-            self.rows.insert(id, (seq, token));
-        }
-        self.chunks.entry(seq).or_default().extend_from_slice(ids);
-    }
-
-    pub fn prior(&self, id: EventId) -> Prior {
-        match (self.rows.get(&id), self.ended.get(&id)) {
-            (Some(&(seq, _)), _) => Prior::InFlight(seq),
-            (None, Some(true)) => Prior::Acked,
-            _ => Prior::NotAcked,
-        }
-    }
-
-    /// Parks `follower` until chunk `seq` ends. Only for a chunk [`Chains::prior`] found in
-    /// flight under the same lock, or it would wait forever.
-    pub fn wait(&mut self, seq: u64, follower: C) {
-        self.waiting.entry(seq).or_default().push(follower);
-    }
-
-    /// Chunk `seq` ended, having acked `acked` of its rows: forgets its rows, remembers their
-    /// outcome, and returns the runs that waited for it.
-    pub fn ended(&mut self, seq: u64, acked: &dyn Fn(EventId) -> bool) -> Vec<C> {
-        for id in self.chunks.remove(&seq).unwrap_or_default() {
-            self.rows.remove(&id);
-            if self.ended.insert(id, acked(id)).is_none() {
-                self.ended_order.push_back(id);
-            }
-        }
-        while self.ended_order.len() > ENDED_KEPT {
-            if let Some(old) = self.ended_order.pop_front() {
-                self.ended.remove(&old);
-            }
-        }
-        self.waiting.remove(&seq).unwrap_or_default()
-    }
 }
 
 /// The form of a `biz_no` that picks its queue: what the database's default collation compares
@@ -445,30 +302,17 @@ mod tests {
         }
     }
 
-    fn none(_: EventId) -> bool {
-        false
-    }
-
-    fn pending(key: &str, rows: &[(EventId, bool)]) -> HashMap<Vec<u8>, Vec<Pending>> {
-        let rows = rows.iter().map(|&(id, ours)| Pending { id, ours }).collect();
-        [(key.as_bytes().to_vec(), rows)].into_iter().collect()
-    }
-
-    fn positions(runs: Vec<Run>) -> Vec<Vec<usize>> {
-        runs.into_iter().map(|r| r.positions).collect()
-    }
-
     #[test]
     fn only_keys_whose_head_is_a_candidate_are_claimable() {
         let cs = vec![cand(0, 10, "A"), cand(1, 11, "B"), cand(2, 12, "A"), cand(3, 13, "C")];
         let heads: HashMap<Vec<u8>, EventId> = [(b"A".to_vec(), 10), (b"B".to_vec(), 5), (b"C".to_vec(), 13)]
             .into_iter()
             .collect();
-        let h = claimable_heads(&cs, &heads, &none);
+        let h = claimable_heads(&cs, &heads);
         assert_eq!(h.len(), 2);
         assert_eq!(h[0].key, b"A");
         assert_eq!(h[0].positions, vec![0, 2]);
-        assert_eq!((h[0].first, h[0].last, h[0].follows), (10, 12, false));
+        assert_eq!((h[0].first, h[0].last), (10, 12));
         assert_eq!(h[1].key, b"C");
     }
 
@@ -477,45 +321,13 @@ mod tests {
         // Key A: candidates 10, 12, 14; pending 10, 12, 13 (locked by someone else), 14.
         let cs = vec![cand(0, 10, "A"), cand(1, 12, "A"), cand(2, 14, "A")];
         let heads: HashMap<Vec<u8>, EventId> = [(b"A".to_vec(), 10)].into_iter().collect();
-        let h = claimable_heads(&cs, &heads, &none);
-        let p = pending("A", &[(14, false), (10, false), (13, false), (12, false)]);
-        assert_eq!(positions(runs(&h, &cs, &p, 100)), vec![vec![0, 1]]);
+        let h = claimable_heads(&cs, &heads);
+        let pending: HashMap<Vec<u8>, Vec<EventId>> = [(b"A".to_vec(), vec![14, 10, 13, 12])].into_iter().collect();
+        assert_eq!(runs(&h, &cs, &pending, 100), vec![vec![0, 1]]);
         // And never longer than run_max.
-        let p = pending("A", &[(10, false), (12, false), (14, false)]);
-        assert_eq!(positions(runs(&h, &cs, &p, 2)), vec![vec![0, 1]]);
-        assert_eq!(
-            runs(&h, &cs, &p, 100),
-            vec![Run {
-                positions: vec![0, 1, 2],
-                after: None
-            }]
-        );
-    }
-
-    #[test]
-    fn a_key_led_by_rows_of_ours_in_flight_gets_a_run_that_follows_the_last_of_them() {
-        // Key A: 7 and 8 are ours in flight; candidates 9, 11; 10 pending, not a candidate.
-        let cs = vec![cand(0, 9, "A"), cand(1, 11, "A")];
-        let heads: HashMap<Vec<u8>, EventId> = [(b"A".to_vec(), 7)].into_iter().collect();
-        let ours = |id: EventId| id == 7 || id == 8;
-        let h = claimable_heads(&cs, &heads, &ours);
-        assert_eq!((h.len(), h[0].first, h[0].follows), (1, 7, true));
-        let p = pending("A", &[(7, true), (8, true), (9, false), (10, false), (11, false)]);
-        assert_eq!(
-            runs(&h, &cs, &p, 100),
-            vec![Run {
-                positions: vec![0],
-                after: Some(8)
-            }]
-        );
-        // A row between ours and the first candidate (another claim's) stops the key.
-        let p = pending("A", &[(7, true), (8, false), (9, false)]);
-        assert!(runs(&h, &cs, &p, 100).is_empty());
-        // Ours no longer in flight when read (acked or released meanwhile): not this round.
-        let p = pending("A", &[(9, false), (11, false)]);
-        assert!(runs(&h, &cs, &p, 100).is_empty());
-        // A head that is not ours (another instance's run) holds the key back.
-        assert!(claimable_heads(&cs, &heads, &none).is_empty());
+        let pending: HashMap<Vec<u8>, Vec<EventId>> = [(b"A".to_vec(), vec![10, 12, 14])].into_iter().collect();
+        assert_eq!(runs(&h, &cs, &pending, 2), vec![vec![0, 1]]);
+        assert_eq!(runs(&h, &cs, &pending, 100), vec![vec![0, 1, 2]]);
     }
 
     #[test]
@@ -524,21 +336,5 @@ mod tests {
         let spread: std::collections::HashSet<usize> = (0..200).map(|i| queue_index(&format!("K{i}"), 8)).collect();
         assert_eq!(spread.len(), 8, "200 keys reach every one of 8 queues");
         assert_eq!(queue_index("x", 0), 0);
-    }
-
-    #[test]
-    fn a_follower_waits_for_its_chunk_and_learns_which_rows_it_acked() {
-        let mut c: Chains<&str> = Chains::default();
-        c.sending(1, 77, &[10, 11]);
-        assert_eq!(c.token_of(11), Some(77));
-        assert_eq!(c.prior(11), Prior::InFlight(1));
-        c.wait(1, "run of A after 11");
-        let followers = c.ended(1, &|id| id == 10);
-        assert_eq!(followers, vec!["run of A after 11"]);
-        assert_eq!(c.token_of(11), None);
-        assert_eq!(c.prior(10), Prior::Acked);
-        assert_eq!(c.prior(11), Prior::NotAcked, "11 ended unacked");
-        assert_eq!(c.prior(99), Prior::NotAcked, "never seen: not acked");
-        assert!(c.ended(2, &|_| true).is_empty(), "a chunk no one follows");
     }
 }

@@ -1,7 +1,7 @@
 //! The relay: a scanner thread that claims batches, a reclaimer thread that returns expired
 //! leases and renews live ones, and worker threads that send and record the outcome.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
@@ -16,7 +16,6 @@ use crate::breaker::{Breaker, Permit, Transition};
 use crate::config::{ClaimStrategy, Config};
 use crate::error::{panic_message, Error, Result};
 use crate::event::{EventId, NewEvent};
-use crate::ordering::{Chains, Prior};
 use crate::publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
 use crate::stats::{Counters, OrderedRound, Stats};
 use crate::store::{ClaimRound, Claimed, DeadLetter, ScanPosition, Store};
@@ -108,9 +107,6 @@ struct Chunk {
     ages: Vec<Duration>,
     claimed: Instant,
     probe: bool,
-    /// A follow-on chunk (ordered mode): per event, the row of ours in flight its run follows;
-    /// empty for a chunk sent as it is.
-    after: Vec<EventId>,
 }
 
 struct Lease {
@@ -129,8 +125,6 @@ struct Inner {
     dead_letter: Option<DeadLetterHook>,
     latency: Option<LatencyHook>,
     leases: Mutex<HashMap<u64, Lease>>,
-    /// Ordered mode: rows in flight that keys' next runs may follow, and the runs waiting.
-    chains: Mutex<Chains<Chunk>>,
     /// Wakes the scanner for new commits (the fast path).
     wake_tx: Sender<()>,
     /// Wakes the scanner when workers free capacity; heard only while it waits for capacity,
@@ -260,7 +254,6 @@ impl Relay {
                     dead_letter,
                     latency,
                     leases: Mutex::new(HashMap::new()),
-                    chains: Mutex::new(Chains::default()),
                     wake_tx,
                     capacity_tx,
                     stopping: AtomicBool::new(true),
@@ -282,7 +275,6 @@ impl Relay {
             dead_letter,
             latency,
             leases: Mutex::new(HashMap::new()),
-            chains: Mutex::new(Chains::default()),
             wake_tx,
             capacity_tx,
             stopping: AtomicBool::new(false),
@@ -605,17 +597,7 @@ fn scanner_loop(
         }
         let result = catch_unwind(AssertUnwindSafe(|| match cfg.claim_strategy {
             // Per-key order: runs of keys whose oldest pending event is due.
-            // A probe is one event on its own: no run follows another in it.
-            _ if ordered && permit == Permit::Probe => {
-                inner
-                    .store
-                    .claim_ordered_after(limit, run_max, position.as_ref(), &|_| None)
-            }
-            _ if ordered => inner
-                .store
-                .claim_ordered_after(limit, run_max, position.as_ref(), &|id| {
-                    inner.chains.lock().token_of(id)
-                }),
+            _ if ordered => inner.store.claim_ordered_after(limit, run_max, position.as_ref()),
             ClaimStrategy::SkipLocked => inner.store.claim_skip_locked_after(limit, position.as_ref()),
             // The seed's algorithm, as the seed runs it: always from the head.
             ClaimStrategy::PerRow => inner.store.claim_per_row(limit),
@@ -776,14 +758,8 @@ fn dispatch_runs(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lea
     // Chunks being filled, per (token, topic): events with their ages.
     type Open = (u64, String, Vec<OutboundEvent>, Vec<Duration>);
     let mut open: Vec<Open> = Vec::new();
-    let mut following: Vec<Follow> = Vec::new();
     let mut claimed = round.claimed.into_iter();
-    let follows = round.follows.into_iter().chain(std::iter::repeat(None));
-    for (len, after) in round.runs.into_iter().zip(follows) {
-        if let Some(after) = after {
-            following.extend(claimed.by_ref().take(len).map(|c| (c, after)));
-            continue;
-        }
+    for len in round.runs {
         // One key's run, split by topic (each part keeps its id order).
         let mut parts: Vec<Open> = Vec::new();
         for Claimed { event, token, age } in claimed.by_ref().take(len) {
@@ -818,140 +794,6 @@ fn dispatch_runs(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lea
             queue_chunk(inner, chunk_tx, token, events, ages, lease_start, probe);
         }
     }
-    if !following.is_empty() {
-        dispatch_follow_ons(inner, chunk_tx, following, most, lease_start);
-    }
-}
-
-/// A claimed event whose run follows a row of ours in flight (the row's id).
-type Follow = (Claimed, EventId);
-
-/// Ordered dispatch of follow-on runs (docs/ordering.md, "Follow-on runs"): grouped by the chunk
-/// in flight they follow, each group waits for that chunk to end and is then sent by the worker
-/// that ended it, the runs whose row was acked; the others go back to WAIT unsent. Runs whose
-/// chunk ended while they were being claimed are settled at once.
-fn dispatch_follow_ons(inner: &Inner, chunk_tx: &Sender<Chunk>, runs: Vec<Follow>, most: usize, lease_start: Instant) {
-    Counters::add(&inner.counters.follow_ons, runs.len() as u64);
-    // (chunk followed, or None if it ended; token; topic; events, ages, rows followed)
-    type Group = (
-        Option<u64>,
-        u64,
-        String,
-        Vec<OutboundEvent>,
-        Vec<Duration>,
-        Vec<EventId>,
-    );
-    let mut groups: Vec<Group> = Vec::new();
-    {
-        let chains = inner.chains.lock();
-        for (Claimed { event, token, age }, after) in runs {
-            let prior = match chains.prior(after) {
-                Prior::InFlight(seq) => Some(seq),
-                Prior::Acked | Prior::NotAcked => None,
-            };
-            let i = match groups
-                .iter()
-                .position(|g| g.0 == prior && g.1 == token && g.2 == event.topic)
-            {
-                Some(i) => i,
-                None => {
-                    groups.push((prior, token, event.topic.clone(), Vec::new(), Vec::new(), Vec::new()));
-                    groups.len() - 1
-                }
-            };
-            groups[i].3.push(event);
-            groups[i].4.push(age);
-            groups[i].5.push(after);
-        }
-    }
-    let mut chunks: Vec<(Option<u64>, Chunk)> = Vec::new();
-    for (prior, token, _, events, ages, after) in groups {
-        // Whole runs (a run's events share the row they follow) packed into parts of at most
-        // `most` events; a run is never longer.
-        let mut start = 0;
-        while start < events.len() {
-            let mut end = start;
-            while end < events.len() {
-                let run_end = end + after[end..].iter().take_while(|&&a| a == after[end]).count();
-                if end > start && run_end - start > most {
-                    break;
-                }
-                end = run_end;
-            }
-            let chunk = new_chunk(
-                inner,
-                token,
-                events[start..end].to_vec(),
-                ages[start..end].to_vec(),
-                lease_start,
-                false,
-                after[start..end].to_vec(),
-            );
-            chunks.push((prior, chunk));
-            start = end;
-        }
-    }
-    let mut late = Vec::new();
-    {
-        let mut chains = inner.chains.lock();
-        for (prior, chunk) in chunks {
-            match prior {
-                Some(seq) if chains.prior(chunk.after[0]) == Prior::InFlight(seq) => chains.wait(seq, chunk),
-                _ => late.push(chunk),
-            }
-        }
-    }
-    for chunk in late {
-        let go: Vec<bool> = {
-            let chains = inner.chains.lock();
-            chunk.after.iter().map(|&a| chains.prior(a) == Prior::Acked).collect()
-        };
-        if let Some(ready) = settle(inner, chunk, &go) {
-            send_chunk(inner, chunk_tx, ready);
-        }
-    }
-}
-
-/// A follow-on chunk whose followed rows' chunk ended: the events whose run follows an acked row
-/// are returned, to be sent now (their rows become followable in turn); the others go back to
-/// WAIT unsent, without an attempt (an earlier event of their key was not acked).
-fn settle(inner: &Inner, mut chunk: Chunk, go: &[bool]) -> Option<Chunk> {
-    let (mut events, mut ages, mut held) = (Vec::new(), Vec::new(), Vec::new());
-    for ((event, age), &ok) in chunk.events.drain(..).zip(chunk.ages.drain(..)).zip(go) {
-        if ok {
-            events.push(event);
-            ages.push(age);
-        } else {
-            held.push(event.id);
-        }
-    }
-    chunk.after.clear();
-    if !held.is_empty() {
-        let until = lease_end(inner, &chunk);
-        if let Some(n) = with_db_retry(inner, until, "release", || {
-            inner.store.release_unsent(
-                chunk.token,
-                &held,
-                "held back: an earlier event of the key was not acked",
-            )
-        }) {
-            Counters::add(&inner.counters.released_unsent, n);
-        }
-        inner.counters.in_flight.fetch_sub(held.len() as u64, SeqCst);
-        let _ = inner.capacity_tx.try_send(());
-    }
-    if events.is_empty() {
-        inner.leases.lock().remove(&chunk.seq);
-        return None;
-    }
-    chunk.events = events;
-    chunk.ages = ages;
-    let ids = ids_of(&chunk.events);
-    if let Some(l) = inner.leases.lock().get_mut(&chunk.seq) {
-        l.ids = ids.clone();
-    }
-    inner.chains.lock().sending(chunk.seq, chunk.token, &ids);
-    Some(chunk)
 }
 
 /// Registers the lease of one chunk and hands it to the workers.
@@ -964,23 +806,6 @@ fn queue_chunk(
     lease_start: Instant,
     probe: bool,
 ) {
-    let chunk = new_chunk(inner, token, events, ages, lease_start, probe, Vec::new());
-    if inner.config.ordering == crate::config::Ordering::PerBizNo && !probe {
-        inner.chains.lock().sending(chunk.seq, token, &ids_of(&chunk.events));
-    }
-    send_chunk(inner, chunk_tx, chunk);
-}
-
-/// A chunk with its lease registered (renewed until it ends).
-fn new_chunk(
-    inner: &Inner,
-    token: u64,
-    events: Vec<OutboundEvent>,
-    ages: Vec<Duration>,
-    lease_start: Instant,
-    probe: bool,
-    after: Vec<EventId>,
-) -> Chunk {
     let seq = inner.chunk_seq.fetch_add(1, Relaxed);
     inner.leases.lock().insert(
         seq,
@@ -991,88 +816,65 @@ fn new_chunk(
             renewed_at: lease_start,
         },
     );
-    Chunk {
+    let chunk = Chunk {
         seq,
         token,
         events,
         ages,
         claimed: lease_start,
         probe,
-        after,
-    }
-}
-
-/// Hands a chunk to the workers.
-fn send_chunk(inner: &Inner, chunk_tx: &Sender<Chunk>, chunk: Chunk) {
+    };
     // Never blocks: the channel holds max.in.flight chunks and at most that many events are in
     // flight. Fails only if every worker has died; then release the rows.
     if let Err(e) = chunk_tx.try_send(chunk) {
-        let mut next = vec![e.into_inner()];
-        while let Some(chunk) = next.pop() {
-            log::error!(
-                "no worker to take {} claimed events; releasing them",
-                chunk.events.len()
-            );
-            release_chunk_unsent(inner, &chunk, "no worker available");
-            next.extend(finish(inner, &chunk, &HashSet::new()));
-        }
+        let chunk = e.into_inner();
+        log::error!(
+            "no worker to take {} claimed events; releasing them",
+            chunk.events.len()
+        );
+        release_chunk_unsent(inner, &chunk, "no worker available");
+        finish(inner, &chunk);
     }
 }
 
 fn worker_loop(inner: &Inner, chunks: Receiver<Chunk>) {
     for chunk in chunks.iter() {
-        // The chunk, then the follow-on runs that waited for it, in turn.
-        let mut next = vec![chunk];
-        while let Some(chunk) = next.pop() {
-            let outcome = catch_unwind(AssertUnwindSafe(|| {
-                if inner.stopping.load(SeqCst) {
-                    release_chunk_unsent(inner, &chunk, "relay stopping before the send");
-                    HashSet::new()
-                } else {
-                    process(inner, &chunk)
-                }
-            }));
-            let acked = outcome.unwrap_or_else(|_| {
-                log::error!(
-                    "worker panicked while handling events {:?}; they stay claimed until their lease expires",
-                    ids_of(&chunk.events)
-                );
-                HashSet::new()
-            });
-            next.extend(finish(inner, &chunk, &acked));
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            if inner.stopping.load(SeqCst) {
+                release_chunk_unsent(inner, &chunk, "relay stopping before the send");
+            } else {
+                process(inner, &chunk);
+            }
+        }));
+        if outcome.is_err() {
+            log::error!(
+                "worker panicked while handling events {:?}; they stay claimed until their lease expires",
+                ids_of(&chunk.events)
+            );
         }
+        finish(inner, &chunk);
     }
 }
 
-/// Forgets a handled chunk (`acked`: its rows acked under our claim), wakes the scanner
-/// (capacity freed), and returns the follow-on chunks that waited for it, settled: to be sent.
-fn finish(inner: &Inner, chunk: &Chunk, acked: &HashSet<EventId>) -> Vec<Chunk> {
+/// Forgets a handled chunk and wakes the scanner (capacity freed).
+fn finish(inner: &Inner, chunk: &Chunk) {
     inner.leases.lock().remove(&chunk.seq);
     inner.counters.in_flight.fetch_sub(chunk.events.len() as u64, SeqCst);
-    let followers = inner.chains.lock().ended(chunk.seq, &|id| acked.contains(&id));
     let _ = inner.capacity_tx.try_send(());
-    followers
-        .into_iter()
-        .filter_map(|f| {
-            let go: Vec<bool> = f.after.iter().map(|a| acked.contains(a)).collect();
-            settle(inner, f, &go)
-        })
-        .collect()
 }
 
 fn ids_of(events: &[OutboundEvent]) -> Vec<EventId> {
     events.iter().map(|e| e.id).collect()
 }
 
-/// Sends a chunk and records the outcomes; returns the rows acked under our claim.
-fn process(inner: &Inner, chunk: &Chunk) -> HashSet<EventId> {
+fn process(inner: &Inner, chunk: &Chunk) {
     let cfg = &inner.config;
     if !chunk.probe && !inner.breaker.lock().allows_send() {
         release_chunk_unsent(inner, chunk, "broker unavailable (circuit breaker open)");
-        return HashSet::new();
+        return;
     }
     let Some(expires) = inner.leases.lock().get(&chunk.seq).map(|l| l.expires) else {
-        return HashSet::new();
+        return;
     };
     // The send must end before the lease does, with a margin.
     let margin = cfg.lease / LEASE_MARGIN_FRACTION;
@@ -1080,7 +882,7 @@ fn process(inner: &Inner, chunk: &Chunk) -> HashSet<EventId> {
     let timeout = cfg.send_timeout.min(budget);
     if timeout < MIN_SEND_BUDGET {
         release_chunk_unsent(inner, chunk, "lease nearly expired before the send");
-        return HashSet::new();
+        return;
     }
     Counters::add(&inner.counters.publish_calls, 1);
     let outcomes = match catch_unwind(AssertUnwindSafe(|| inner.publisher.publish(&chunk.events, timeout))) {
@@ -1102,18 +904,11 @@ fn process(inner: &Inner, chunk: &Chunk) -> HashSet<EventId> {
         }
     };
     let broker_acked = chunk.claimed.elapsed();
-    record_outcomes(inner, chunk, outcomes, broker_acked)
+    record_outcomes(inner, chunk, outcomes, broker_acked);
 }
 
-/// `broker_acked`: time from the claim to the publisher's answer. Returns the rows acked under
-/// our claim (none unless the ack matched every row it was for).
-fn record_outcomes(
-    inner: &Inner,
-    chunk: &Chunk,
-    outcomes: Vec<SendOutcome>,
-    broker_acked: Duration,
-) -> HashSet<EventId> {
-    let mut acked = HashSet::new();
+/// `broker_acked`: time from the claim to the publisher's answer.
+fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, broker_acked: Duration) {
     let cfg = &inner.config;
     let mut acks = Vec::new();
     let mut acked_ages = Vec::new();
@@ -1187,9 +982,6 @@ fn record_outcomes(
                         held,
                     });
                 }
-            }
-            if got == want {
-                acked.extend(acks.iter().map(|(id, _)| *id));
             }
             if got < want {
                 Counters::add(&inner.counters.stale_acks, want - got);
@@ -1271,7 +1063,6 @@ fn record_outcomes(
             }
         }
     }
-    acked
 }
 
 fn log_breaker(inner: &Inner, t: Transition, reason: Option<&str>) {

@@ -14,7 +14,6 @@ pub(crate) struct Counters {
     pub claim_conflicts: AtomicU64,
     pub claim_blocked: AtomicU64,
     pub claim_rounds: AtomicU64,
-    pub follow_ons: AtomicU64,
     pub sent: AtomicU64,
     pub retried: AtomicU64,
     pub dead_lettered: AtomicU64,
@@ -308,9 +307,6 @@ pub struct Stats {
     /// Ordered mode: candidates left WAIT because an earlier event of their key was pending.
     pub claim_blocked: u64,
     pub claim_rounds: u64,
-    /// Ordered mode: events claimed as follow-on runs (behind a run of the key still in flight
-    /// here, sent once it is acked).
-    pub follow_ons: u64,
     /// Events acknowledged by the broker and marked SUCCESS.
     pub sent: u64,
     /// Failed attempts returned to WAIT with backoff.
@@ -365,7 +361,6 @@ impl Counters {
             claim_conflicts: g(&self.claim_conflicts),
             claim_blocked: g(&self.claim_blocked),
             claim_rounds: g(&self.claim_rounds),
-            follow_ons: g(&self.follow_ons),
             sent: g(&self.sent),
             retried: g(&self.retried),
             dead_lettered: g(&self.dead_lettered),
@@ -422,7 +417,6 @@ impl Stats {
             "claim_conflicts": self.claim_conflicts,
             "claim_blocked": self.claim_blocked,
             "claim_rounds": self.claim_rounds,
-            "follow_ons": self.follow_ons,
             "sent": self.sent,
             "retried": self.retried,
             "dead_lettered": self.dead_lettered,

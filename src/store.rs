@@ -5,7 +5,7 @@
 //! nothing interpolated unchecked, and no prepared-statement cache churn from `IN (...)` lists of
 //! varying length. The caller-facing INSERT is a constant prepared statement.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -82,9 +82,6 @@ pub struct ClaimRound {
     /// Ordered claims: the lengths of the key runs `claimed` is made of, in order (one key's
     /// events in id order per run). Empty for unordered claims.
     pub runs: Vec<usize>,
-    /// Ordered claims, per run: the row of this relay's in flight the run follows (it is sent
-    /// only once that row is acked), `None` for a run that starts at its key's head.
-    pub follows: Vec<Option<EventId>>,
     /// Ordered claims: candidates left WAIT because an earlier event of their key is pending.
     pub blocked: u64,
     /// Ordered claims: of the blocked candidates, those whose key's oldest pending event is not
@@ -304,22 +301,19 @@ impl Store {
     /// At most one run per key is ever in flight: a key whose oldest pending row is SENDING (or
     /// not due, or FAIL with `ordering.dead.head = block`) has none of its rows claimed.
     pub fn claim_ordered(&self, limit: usize, run_max: usize) -> Result<ClaimRound> {
-        self.claim_ordered_after(limit, run_max, None, &|_| None)
+        self.claim_ordered_after(limit, run_max, None)
     }
 
     /// [`Store::claim_ordered`] with candidates strictly after `after` in scan order (from the
-    /// head when `None`): how the scanner walks past keys that stay blocked. `ours`: the claim
-    /// token of a row this relay has in flight and lets runs follow; a key whose oldest
-    /// pending rows are such rows (SENDING under those tokens) gets a run that follows them
-    /// ([`ClaimRound::follows`]), to be sent once they are acked.
+    /// head when `None`): how the scanner walks past keys that stay blocked.
     pub fn claim_ordered_after(
         &self,
         limit: usize,
         run_max: usize,
         after: Option<&ScanPosition>,
-        ours: &dyn Fn(EventId) -> Option<u64>,
     ) -> Result<ClaimRound> {
-        use crate::ordering::{claimable_heads, runs, Candidate, Pending, KEY_IDENTITY_SQL};
+        use crate::ordering::{claimable_heads, runs, Candidate, KEY_IDENTITY_SQL};
+        use std::collections::HashMap;
         let statuses = self.blocking;
         let token = new_token();
         let mut conn = self.conn()?;
@@ -410,27 +404,25 @@ impl Store {
             }
         }
         let heads: HashMap<Vec<u8>, EventId> = oldest.iter().map(|(k, v)| (k.clone(), v.0)).collect();
-        let claimable = claimable_heads(&candidates, &heads, &|id| ours(id).is_some());
-        // The pending rows between head and last candidate, for keys with more than one
-        // candidate or led by rows of ours.
+        let claimable = claimable_heads(&candidates, &heads);
+        // The pending ids between head and last candidate, for keys with more than one candidate.
         let ranges: Vec<(String, EventId, EventId)> = claimable
             .iter()
-            .filter(|h| h.positions.len() > 1 || h.follows)
+            .filter(|h| h.positions.len() > 1)
             .map(|h| (lit(&events[h.positions[0]].0.biz_no), h.first, h.last))
             .collect();
-        let mut pending: HashMap<Vec<u8>, Vec<Pending>> = HashMap::new();
+        let mut pending: HashMap<Vec<u8>, Vec<EventId>> = HashMap::new();
         if !ranges.is_empty() {
-            let run_rows: Vec<(Vec<u8>, EventId, bool, Option<u64>)> =
+            let run_rows: Vec<(Vec<u8>, EventId)> =
                 tx.query(crate::ordering::run_sql(&self.table, statuses, &ranges))?;
-            for (key, id, sending, token) in run_rows {
-                let ours = sending && token.is_some() && ours(id) == token;
-                pending.entry(key).or_default().push(Pending { id, ours });
+            for (key, id) in run_rows {
+                pending.entry(key).or_default().push(id);
             }
         }
         let runs = runs(&claimable, &candidates, &pending, run_max);
-        let claimed_n: usize = runs.iter().map(|r| r.positions.len()).sum();
+        let claimed_n: usize = runs.iter().map(Vec::len).sum();
         let blocked = (candidates.len() - claimed_n) as u64;
-        let in_run: HashSet<usize> = runs.iter().flat_map(|r| r.positions.iter()).copied().collect();
+        let in_run: HashSet<usize> = runs.iter().flatten().copied().collect();
         let stuck_of: Vec<&Candidate> = candidates
             .iter()
             .filter(|c| !in_run.contains(&c.pos) && oldest.get(&c.key).is_none_or(|h| h.1 != status::SENDING))
@@ -453,24 +445,22 @@ impl Store {
                 ..ClaimRound::default()
             });
         }
-        let claimed_ids: HashSet<EventId> = in_run.iter().map(|&pos| events[pos].0.id).collect();
+        let claimed_ids: HashSet<EventId> = runs.iter().flatten().map(|&pos| events[pos].0.id).collect();
         tx.query_drop(format!(
             "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3)\
              {keys} WHERE id IN ({ids})",
             t = self.table,
             owner = lit(&self.owner),
             keys = key_assignments(events.iter().map(|(e, _)| e), &new_keys, |id| claimed_ids.contains(&id)),
-            ids = id_list(claimed_ids.iter().copied()),
+            ids = id_list(runs.iter().flatten().map(|&pos| events[pos].0.id)),
         ))?;
         tx.commit()?;
         let mut slots: Vec<Option<(OutboundEvent, Duration)>> = events.into_iter().map(Some).collect();
         let mut claimed = Vec::with_capacity(claimed_n);
         let mut lengths = Vec::with_capacity(runs.len());
-        let mut follows = Vec::with_capacity(runs.len());
         for run in &runs {
-            lengths.push(run.positions.len());
-            follows.push(run.after);
-            for &pos in &run.positions {
+            lengths.push(run.len());
+            for &pos in run {
                 let (event, age) = slots[pos].take().expect("a row is in one run");
                 claimed.push(Claimed { event, token, age });
             }
@@ -480,7 +470,6 @@ impl Store {
             conflicts: 0,
             last,
             runs: lengths,
-            follows,
             blocked,
             stuck,
             stuck_keys,

@@ -1,7 +1,7 @@
 //! Shared test fixtures: a throwaway database per test and a scriptable recording publisher.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -117,41 +117,6 @@ pub enum Fault {
     Delay { id: u64, by: Duration, times: usize },
     /// Panic when this event id is sent (`times` times).
     Panic { id: u64, times: usize },
-    /// Hold the first send of this event id until the gate opens (then go on to the other faults).
-    Hold { id: u64, gate: Arc<Gate> },
-}
-
-/// A gate a send waits at: the test sees the send arrive, does what it must while the send is
-/// in flight, then opens the gate.
-#[derive(Default)]
-pub struct Gate {
-    arrived: AtomicBool,
-    open: Mutex<bool>,
-    opened: parking_lot::Condvar,
-}
-
-impl Gate {
-    pub fn new() -> Arc<Gate> {
-        Arc::new(Gate::default())
-    }
-
-    /// Whether a send is (or was) waiting at the gate.
-    pub fn arrived(&self) -> bool {
-        self.arrived.load(SeqCst)
-    }
-
-    pub fn open(&self) {
-        *self.open.lock() = true;
-        self.opened.notify_all();
-    }
-
-    fn pass(&self) {
-        self.arrived.store(true, SeqCst);
-        let mut open = self.open.lock();
-        while !*open {
-            self.opened.wait(&mut open);
-        }
-    }
 }
 
 /// Records every successful send (event id → number of sends and who sent it) and applies faults.
@@ -262,7 +227,6 @@ impl Recorder {
                 Fault::Panic { id, times } if *id == e.id && self.hit(e.id, 2, *times) => {
                     panic!("scripted panic for event {id}")
                 }
-                Fault::Hold { id, gate } if *id == e.id && self.hit(e.id, 3, 1) => gate.pass(),
                 _ => {}
             }
         }
