@@ -781,16 +781,27 @@ fn big_backlog(n: u64) -> Row {
 /// events pooled, and its ratio to the unordered mode (the first of each round).
 fn print_latency_rounds(rows: &[Row], per_round: usize) {
     println!("\ncommit -> ack at 1000/s, rounds taking turns:");
-    let unordered: Vec<Duration> = {
-        let mut v: Vec<Duration> = rows.iter().step_by(per_round).flat_map(|r| r.samples.clone()).collect();
-        v.sort_unstable();
-        v
-    };
-    for m in 0..per_round {
-        let of_mode: Vec<&Row> = rows.iter().skip(m).step_by(per_round).collect();
-        let mut pooled: Vec<Duration> = of_mode.iter().flat_map(|r| r.samples.clone()).collect();
-        pooled.sort_unstable();
-        let per: Vec<String> = of_mode.iter().map(|r| opt(r.p99_ms, 1)).collect();
+    // Each mode's events over all its rounds, sorted; the unordered mode is the first.
+    let pooled: Vec<Vec<Duration>> = (0..per_round)
+        .map(|m| {
+            let mut v: Vec<Duration> = rows
+                .iter()
+                .skip(m)
+                .step_by(per_round)
+                .flat_map(|r| r.samples.iter().copied())
+                .collect();
+            v.sort_unstable();
+            v
+        })
+        .collect();
+    let unordered_p99 = pct(&pooled[0], 0.99).unwrap_or(f64::NAN);
+    for (m, events) in pooled.iter().enumerate() {
+        let per: Vec<String> = rows
+            .iter()
+            .skip(m)
+            .step_by(per_round)
+            .map(|r| opt(r.p99_ms, 1))
+            .collect();
         let ratios: Vec<String> = rows
             .chunks(per_round)
             .map(|round| match (round[m].p99_ms, round[0].p99_ms) {
@@ -798,13 +809,14 @@ fn print_latency_rounds(rows: &[Row], per_round: usize) {
                 _ => "-".into(),
             })
             .collect();
+        let p99 = pct(events, 0.99);
         println!(
             "  {:<66} p99 per round [{}] ms, pooled p50 {} p99 {} ms = {:.2}x unordered (per round [{}])",
-            of_mode[0].name,
+            rows[m].name,
             per.join(", "),
-            opt(pct(&pooled, 0.5), 1),
-            opt(pct(&pooled, 0.99), 1),
-            pct(&pooled, 0.99).unwrap_or(f64::NAN) / pct(&unordered, 0.99).unwrap_or(f64::NAN),
+            opt(pct(events, 0.5), 1),
+            opt(p99, 1),
+            p99.unwrap_or(f64::NAN) / unordered_p99,
             ratios.join(", ")
         );
     }

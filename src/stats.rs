@@ -72,6 +72,18 @@ pub(crate) enum Loud {
     Info(String),
 }
 
+impl Loud {
+    /// Logs the line at its level.
+    pub fn log(self) {
+        match self {
+            Loud::Quiet => {}
+            Loud::Warn(m) => log::warn!("{m}"),
+            Loud::Error(m) => log::error!("{m}"),
+            Loud::Info(m) => log::info!("{m}"),
+        }
+    }
+}
+
 impl FailureStreak {
     /// Least time between two ERROR lines of one streak.
     pub const LOUD_EVERY: Duration = Duration::from_secs(10);
@@ -87,12 +99,7 @@ impl FailureStreak {
 
     /// Records a failure and logs it (WARN first, then rate-limited ERRORs).
     pub fn failed(&self, error: &dyn std::fmt::Display) {
-        match self.failed_at(Instant::now(), error) {
-            Loud::Quiet => {}
-            Loud::Warn(m) => log::warn!("{m}"),
-            Loud::Error(m) => log::error!("{m}"),
-            Loud::Info(m) => log::info!("{m}"),
-        }
+        self.failed_at(Instant::now(), error).log();
     }
 
     pub fn failed_at(&self, now: Instant, error: &dyn std::fmt::Display) -> Loud {
@@ -211,11 +218,7 @@ impl BlockedSpell {
 
     /// Records a round and logs what it should.
     pub fn round(&self, r: &OrderedRound) {
-        match self.round_at(Instant::now(), r) {
-            Loud::Quiet => {}
-            Loud::Warn(m) | Loud::Error(m) => log::warn!("{m}"),
-            Loud::Info(m) => log::info!("{m}"),
-        }
+        self.round_at(Instant::now(), r).log();
     }
 
     pub fn round_at(&self, now: Instant, r: &OrderedRound) -> Loud {
@@ -346,7 +349,7 @@ pub struct Stats {
     /// Why the relay cannot make progress, while it cannot (claims or writes failing in a row).
     pub stalled: Option<String>,
     /// Ordered relays: how long claim rounds have found due events and nothing claimable, with
-    /// no key of theirs in flight (docs/ordering.md, "Keys that stay blocked"); `None` otherwise.
+    /// no key of theirs in flight (docs/ordering.md, "The window, and keys that stay blocked"); `None` otherwise.
     pub ordered_blocked: Option<Duration>,
     /// Database gauges, `None` if the database did not answer.
     pub gauges: Option<Gauges>,
