@@ -240,6 +240,16 @@ impl QueueBook {
         Ok(set)
     }
 
+    /// The size of `topic`'s queue set as last read, if it was, without any I/O (expired or
+    /// not): enough to tell which queue of the set a key hashes to, as a hint.
+    pub fn cached_len(&self, topic: &str) -> Option<usize> {
+        self.cache
+            .lock()
+            .get(topic)
+            .map(|(_, set)| set.len())
+            .filter(|&n| n > 0)
+    }
+
     /// Forgets the cached sets, so the next call reads what other instances added.
     pub fn refresh(&self) {
         self.cache.lock().clear();

@@ -116,6 +116,16 @@ pub trait Publisher: Send + Sync {
     /// by one. A panic is caught by the worker and counted as a failure of every event.
     fn publish(&self, events: &[OutboundEvent], timeout: Duration) -> Vec<SendOutcome>;
 
+    /// With `ordering = per-biz-no`: the broker queue `event` goes to, when the publisher knows it
+    /// without any I/O, as a number that only needs to tell queues apart. The relay packs the
+    /// runs bound for one queue into one call, so a call is one broker request and its events
+    /// are acked as soon as that queue answers, not when the slowest of several does. Only a
+    /// hint: a wrong or missing answer costs requests, never order (a key's run stays whole in
+    /// one call either way). Defaults to `None`: runs are packed whatever their queue.
+    fn queue_hint(&self, _event: &OutboundEvent) -> Option<u64> {
+        None
+    }
+
     /// Whether the broker looks reachable, for health checks. Defaults to `true`.
     fn is_healthy(&self) -> bool {
         true
@@ -128,6 +138,9 @@ pub trait Publisher: Send + Sync {
 impl<P: Publisher + ?Sized> Publisher for std::sync::Arc<P> {
     fn publish(&self, events: &[OutboundEvent], timeout: Duration) -> Vec<SendOutcome> {
         (**self).publish(events, timeout)
+    }
+    fn queue_hint(&self, event: &OutboundEvent) -> Option<u64> {
+        (**self).queue_hint(event)
     }
     fn is_healthy(&self) -> bool {
         (**self).is_healthy()

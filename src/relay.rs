@@ -748,48 +748,58 @@ fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_st
 }
 
 /// Ordered dispatch: every key's run (per topic) stays whole in one chunk, in id order, so it is
-/// sent in order by one worker. Runs are packed into as few chunks as `publish.batch.max` allows,
-/// of about even sizes: the publisher sends a call's queues in parallel, one batch per queue, so
-/// every extra chunk would only add sends (a queue in two chunks is sent to twice) and acks.
+/// sent in order by one worker. Runs bound for one broker queue (as the publisher's
+/// [`Publisher::queue_hint`] tells) share chunks, as few as `publish.batch.max` allows, of about
+/// even sizes: a chunk is then one broker request, acked as soon as its queue answers, and a
+/// queue in two chunks would only be sent to twice. Without hints, runs are packed per topic and
+/// the publisher sends a chunk's queues at once.
 fn dispatch_runs(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
     let most = inner.config.publish_batch_max.min(inner.config.max_in_flight).max(1);
-    let n = round.claimed.len();
-    let max = n.div_ceil(n.div_ceil(most).max(1)).max(1);
-    // Chunks being filled, per (token, topic): events with their ages.
-    type Open = (u64, String, Vec<OutboundEvent>, Vec<Duration>);
-    let mut open: Vec<Open> = Vec::new();
+    // Where a part goes: (claim token, topic, queue hint).
+    type Lane = (u64, String, Option<u64>);
+    // A key's run, split by topic (each part keeps its id order): events with their ages.
+    type Part = (Vec<OutboundEvent>, Vec<Duration>);
+    let mut lanes: Vec<(Lane, Vec<Part>)> = Vec::new();
     let mut claimed = round.claimed.into_iter();
     for len in round.runs {
-        // One key's run, split by topic (each part keeps its id order).
-        let mut parts: Vec<Open> = Vec::new();
+        let mut parts: Vec<(u64, String, Part)> = Vec::new();
         for Claimed { event, token, age } in claimed.by_ref().take(len) {
             match parts.iter_mut().find(|p| p.0 == token && p.1 == event.topic) {
-                Some(p) => {
-                    p.2.push(event);
-                    p.3.push(age);
+                Some((_, _, (events, ages))) => {
+                    events.push(event);
+                    ages.push(age);
                 }
-                None => parts.push((token, event.topic.clone(), vec![event], vec![age])),
+                None => parts.push((token, event.topic.clone(), (vec![event], vec![age]))),
             }
         }
-        for (token, topic, events, ages) in parts {
-            let slot = match open.iter().position(|o| o.0 == token && o.1 == topic) {
-                Some(i) if open[i].2.is_empty() || open[i].2.len() + events.len() <= max => i,
-                Some(i) => {
-                    let (t, _, evs, ags) = open.swap_remove(i);
-                    queue_chunk(inner, chunk_tx, t, evs, ags, lease_start, probe);
-                    open.push((token, topic, Vec::new(), Vec::new()));
-                    open.len() - 1
-                }
-                None => {
-                    open.push((token, topic, Vec::new(), Vec::new()));
-                    open.len() - 1
-                }
-            };
-            open[slot].2.extend(events);
-            open[slot].3.extend(ages);
+        for (token, topic, part) in parts {
+            // One key, one topic: one queue.
+            let lane = (token, topic, inner.publisher.queue_hint(&part.0[0]));
+            match lanes.iter_mut().find(|(l, _)| *l == lane) {
+                Some((_, v)) => v.push(part),
+                None => lanes.push((lane, vec![part])),
+            }
         }
     }
-    for (token, _, events, ages) in open {
+    for ((token, _, _), parts) in lanes {
+        let n: usize = parts.iter().map(|p| p.0.len()).sum();
+        let max = n.div_ceil(n.div_ceil(most).max(1)).max(1);
+        let (mut events, mut ages) = (Vec::new(), Vec::new());
+        for (part, part_ages) in parts {
+            if !events.is_empty() && events.len() + part.len() > max {
+                queue_chunk(
+                    inner,
+                    chunk_tx,
+                    token,
+                    std::mem::take(&mut events),
+                    std::mem::take(&mut ages),
+                    lease_start,
+                    probe,
+                );
+            }
+            events.extend(part);
+            ages.extend(part_ages);
+        }
         if !events.is_empty() {
             queue_chunk(inner, chunk_tx, token, events, ages, lease_start, probe);
         }

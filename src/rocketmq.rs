@@ -912,6 +912,13 @@ impl Publisher for RocketMqPublisher {
         outcomes
     }
 
+    /// Ordered: the index of the key's queue in the topic's stable set as last read (no I/O; the
+    /// set only grows, so a stale size is a wrong hint for a while, never a wrong queue).
+    fn queue_hint(&self, event: &OutboundEvent) -> Option<u64> {
+        let n = self.book.as_ref()?.cached_len(&event.topic)?;
+        Some(queue_index(&event.biz_no, n) as u64)
+    }
+
     fn is_healthy(&self) -> bool {
         self.live.read().is_some() && self.reachable.load(Ordering::Relaxed)
     }

@@ -134,6 +134,11 @@ pub struct Recorder {
     /// Behave as an ordered publisher: after an event of a key fails, the key's later events in
     /// the same call are not sent (outcome Parked).
     ordered: bool,
+    /// Hint that keys go to this many queues (a key's queue: its hash modulo this), as the
+    /// RocketMQ publisher does for ordered topics.
+    queues: Option<u64>,
+    /// Every call's events, in call order.
+    pub call_log: Mutex<Vec<Vec<OutboundEvent>>>,
 }
 
 impl Recorder {
@@ -155,6 +160,21 @@ impl Recorder {
         };
         *r.faults.lock() = faults;
         Arc::new(r)
+    }
+
+    /// [`Recorder::ordered`], telling the relay which of `queues` queues each key goes to.
+    pub fn ordered_over_queues(queues: u64) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            ordered: true,
+            queues: Some(queues),
+            ..Recorder::default()
+        })
+    }
+
+    /// The queue [`Recorder::ordered_over_queues`] hints for `biz_no`.
+    pub fn queue_of(&self, biz_no: &str) -> Option<u64> {
+        let n = self.queues?;
+        Some(outbox::ordering::queue_index(biz_no, n as usize) as u64)
     }
 
     pub fn set_faults(&self, faults: Vec<Fault>) {
@@ -184,6 +204,7 @@ impl Recorder {
 impl Publisher for Recorder {
     fn publish(&self, events: &[OutboundEvent], _timeout: Duration) -> Vec<SendOutcome> {
         self.calls.fetch_add(1, SeqCst);
+        self.call_log.lock().push(events.to_vec());
         let keys: std::collections::HashSet<String> = events.iter().map(|e| e.biz_no.clone()).collect();
         for k in &keys {
             let mut m = self.in_flight_by_key.lock();
@@ -212,6 +233,10 @@ impl Publisher for Recorder {
             *self.in_flight_by_key.lock().get_mut(k).unwrap() -= 1;
         }
         out
+    }
+
+    fn queue_hint(&self, event: &OutboundEvent) -> Option<u64> {
+        self.queue_of(&event.biz_no)
     }
 }
 
