@@ -342,9 +342,9 @@ fn a_parked_key_waits_without_using_attempts_while_other_keys_flow() {
     assert_eq!(rec.key_overlaps.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
-/// An ordered round travels in as few publish calls as `publish.batch.max` allows: the publisher
-/// sends a call's queues at once, so splitting a round over the workers would only send to a
-/// queue twice.
+/// Without queue hints, an ordered round travels in as few publish calls as `publish.batch.max`
+/// allows: the publisher sends a call's queues at once, so splitting a round over the workers
+/// would only send to a queue twice.
 #[test]
 fn an_ordered_round_of_many_keys_goes_out_in_one_publish_call() {
     let db = TestDb::new("ordcall");
