@@ -773,8 +773,10 @@ fn dispatch_runs(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lea
             }
         }
         for (token, topic, part) in parts {
-            // One key, one topic: one queue.
-            let lane = (token, topic, inner.publisher.queue_hint(&part.0[0]));
+            // One key, one topic: one queue. Only a hint: a publisher panicking on it costs the
+            // packing, never the claimed rows.
+            let hint = catch_unwind(AssertUnwindSafe(|| inner.publisher.queue_hint(&part.0[0]))).unwrap_or(None);
+            let lane = (token, topic, hint);
             match lanes.iter_mut().find(|(l, _)| *l == lane) {
                 Some((_, v)) => v.push(part),
                 None => lanes.push((lane, vec![part])),
