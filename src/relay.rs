@@ -557,7 +557,7 @@ fn scanner_loop(
     let cfg = &inner.config;
     let ordered = cfg.ordering == crate::config::Ordering::PerBizNo;
     // A key's run travels in one publish call.
-    let run_max = cfg.publish_batch_max.min(cfg.max_in_flight).max(1);
+    let run_max = call_max(cfg);
     // While a backlog drains, each round starts where the last full one ended (see
     // `ScanPosition`). A round from the head of the index runs after any short round and at
     // least every scan interval, and finds rows that became due behind the position (commits
@@ -714,18 +714,25 @@ impl OrderedNext {
     }
 }
 
+/// The most events one publish call takes: `publish.batch.max`, within `max.in.flight`.
+fn call_max(cfg: &Config) -> usize {
+    cfg.publish_batch_max.min(cfg.max_in_flight).max(1)
+}
+
+/// The size of each of as few chunks of at most `most` as hold `n` events, about even.
+fn even_chunk(n: usize, most: usize) -> usize {
+    n.div_ceil(n.div_ceil(most).max(1)).max(1)
+}
+
 /// Splits a claim round into chunks of one topic, spread over the workers, and queues them.
 fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
     if !round.runs.is_empty() {
         return dispatch_runs(inner, chunk_tx, round, lease_start, probe);
     }
-    let cfg = &inner.config;
-    let n = round.claimed.len();
     // As few publish calls as `publish.batch.max` allows, of even sizes: every call costs a
     // broker round trip and an ack statement whatever its size. Workers run in parallel on the
     // chunks of consecutive rounds while the scanner claims the next.
-    let max = cfg.publish_batch_max.min(cfg.max_in_flight).max(1);
-    let per_chunk = n.div_ceil(n.div_ceil(max).max(1)).max(1);
+    let per_chunk = even_chunk(round.claimed.len(), call_max(&inner.config));
     // (claim token, topic, events with their age at the claim)
     type Group = (u64, String, Vec<(OutboundEvent, Duration)>);
     let mut by_topic: Vec<Group> = Vec::new();
@@ -754,7 +761,7 @@ fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_st
 /// queue in two chunks would only be sent to twice. Without hints, runs are packed per topic and
 /// the publisher sends a chunk's queues at once.
 fn dispatch_runs(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
-    let most = inner.config.publish_batch_max.min(inner.config.max_in_flight).max(1);
+    let most = call_max(&inner.config);
     // Where a part goes: (claim token, topic, queue hint).
     type Lane = (u64, String, Option<u64>);
     // A key's run, split by topic (each part keeps its id order): events with their ages.
@@ -785,7 +792,7 @@ fn dispatch_runs(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lea
     }
     for ((token, _, _), parts) in lanes {
         let n: usize = parts.iter().map(|p| p.0.len()).sum();
-        let max = n.div_ceil(n.div_ceil(most).max(1)).max(1);
+        let max = even_chunk(n, most);
         let (mut events, mut ages) = (Vec::new(), Vec::new());
         for (part, part_ages) in parts {
             if !events.is_empty() && events.len() + part.len() > max {
