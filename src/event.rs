@@ -1,4 +1,5 @@
-//! Events as the caller writes them, and their validation.
+//! Events: as the caller writes them (`NewEvent`, validated) and as a relay claimed them
+//! (`OutboundEvent`, ready to be sent).
 
 use std::collections::BTreeMap;
 
@@ -113,6 +114,27 @@ impl NewEvent {
             Some(serde_json::to_string(&self.headers).expect("a string map always serialises"))
         }
     }
+}
+
+/// One claimed event, ready to be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboundEvent {
+    /// Row id; also the message key and the `eventId` property (unique within one table).
+    pub id: EventId,
+    /// The dedup key, unique across outbox tables and databases (the row's `event_key`, given
+    /// one at its first claim): the `eventKey` property, what consumers' inboxes key on.
+    pub key: String,
+    pub biz_no: String,
+    pub event_type: String,
+    pub payload: Vec<u8>,
+    /// The row's topic, or the configured default when the row has none.
+    pub topic: String,
+    /// The row's tag, if it set one. Publishers fall back to their own default (the event type).
+    pub tag: Option<String>,
+    /// Extra user properties stored with the row.
+    pub headers: BTreeMap<String, String>,
+    /// Attempts already made before this one (the row's `retry_count` when it was claimed).
+    pub attempt: u32,
 }
 
 /// Property names the relay sets itself; rows may not override them.

@@ -35,7 +35,7 @@ use mysql::prelude::Queryable;
 use mysql::{IsolationLevel, Pool, Transaction, TxOpts};
 
 use crate::error::{Error, Result};
-use crate::store::{bytes_lit, opt_lit};
+use crate::sql::{bytes_lit, opt_lit};
 
 /// The inbox table's default name (the one `migrations/V8__create_outbox_inbox.sql` creates).
 pub const DEFAULT_TABLE: &str = "outbox_inbox";

@@ -13,6 +13,7 @@ pub mod admin;
 mod breaker;
 pub mod config;
 pub mod consumer;
+pub mod db;
 pub mod error;
 pub mod event;
 pub mod ffi;
@@ -21,7 +22,9 @@ pub mod latency;
 pub mod migrate;
 pub mod ordering;
 pub mod publisher;
+pub mod queues;
 pub mod relay;
+pub(crate) mod sql;
 pub mod stats;
 pub mod store;
 

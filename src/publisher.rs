@@ -4,32 +4,10 @@
 //! [`SendOutcome`] per event, in the same order. Workers call it synchronously from their own
 //! threads; implementations must be `Send + Sync` because every worker shares one publisher.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::event::EventId;
-
-/// One claimed event, ready to be sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboundEvent {
-    /// Row id; also the message key and the `eventId` property (unique within one table).
-    pub id: EventId,
-    /// The dedup key, unique across outbox tables and databases (the row's `event_key`, given
-    /// one at its first claim): the `eventKey` property, what consumers' inboxes key on.
-    pub key: String,
-    pub biz_no: String,
-    pub event_type: String,
-    pub payload: Vec<u8>,
-    /// The row's topic, or the configured default when the row has none.
-    pub topic: String,
-    /// The row's tag, if it set one. Publishers fall back to their own default (the event type).
-    pub tag: Option<String>,
-    /// Extra user properties stored with the row.
-    pub headers: BTreeMap<String, String>,
-    /// Attempts already made before this one (the row's `retry_count` when it was claimed).
-    pub attempt: u32,
-}
+pub use crate::event::OutboundEvent;
 
 /// What became of one event handed to [`Publisher::publish`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -41,7 +41,7 @@ use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 
 use crate::config::{Config, TagSource};
 use crate::error::{Error, Result};
-use crate::ordering::{queue_index, queue_key, QueueBook, QueueRef};
+use crate::queues::{queue_index, queue_key, QueueBook, QueueRef};
 use crate::publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
 
 /// Largest encoded size of one broker batch. The broker refuses a request whose body exceeds its
@@ -221,7 +221,7 @@ impl RocketMqPublisher {
             builder = builder.rpc_hook(Arc::new(AclClientRPCHook::new(credentials)));
         }
         let book = if config.ordering == crate::config::Ordering::PerBizNo {
-            let book = QueueBook::new(crate::relay::connect(config)?);
+            let book = QueueBook::new(crate::db::connect(config)?);
             book.check().map_err(|e| {
                 publisher_error(
                     "ordered publishing",

@@ -1,9 +1,6 @@
-//! Every statement the relay runs against the outbox table.
-//!
-//! Statements that carry relay-generated values (ids, tokens, the validated instance id, error
-//! text) use the text protocol with integers inlined and strings as hex literals: one round trip,
-//! nothing interpolated unchecked, and no prepared-statement cache churn from `IN (...)` lists of
-//! varying length. The caller-facing INSERT is a constant prepared statement.
+//! Every statement the relay runs against the outbox table (the producing half's SQL; values go
+//! in as literals built by [`crate::sql`]). The caller-facing INSERT is a constant prepared
+//! statement.
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -14,8 +11,8 @@ use mysql::{Pool, PooledConn, Row, TxOpts};
 
 use crate::config::{Backoff, BackoffPolicy, Config};
 use crate::error::Result;
-use crate::event::{parse_headers, EventId, NewEvent};
-use crate::publisher::OutboundEvent;
+use crate::sql::{id_list, lit, opt_lit};
+use crate::event::{parse_headers, EventId, NewEvent, OutboundEvent};
 
 /// Status values, as stored.
 pub mod status {
@@ -819,37 +816,6 @@ fn new_token() -> u64 {
     rand::random::<u64>() | 1
 }
 
-fn id_list(ids: impl Iterator<Item = EventId>) -> String {
-    let mut s = String::new();
-    for id in ids {
-        if !s.is_empty() {
-            s.push(',');
-        }
-        let _ = write!(s, "{id}");
-    }
-    s
-}
-
-/// A string as a SQL hex literal: safe whatever it contains, one round trip, no escaping rules.
-pub(crate) fn lit(s: &str) -> String {
-    format!("CONVERT({} USING utf8mb4)", bytes_lit(s.as_bytes()))
-}
-
-/// Bytes as a SQL hex literal (a binary string): safe whatever they contain.
-pub(crate) fn bytes_lit(b: &[u8]) -> String {
-    let mut out = String::with_capacity(b.len() * 2 + 3);
-    out.push_str("X'");
-    for byte in b {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out.push('\'');
-    out
-}
-
-pub(crate) fn opt_lit(s: Option<&str>) -> String {
-    s.map(lit).unwrap_or_else(|| "NULL".into())
-}
-
 fn truncate(s: &str) -> String {
     s.chars().take(MAX_ERROR_CHARS).collect()
 }
@@ -864,12 +830,6 @@ fn dedup_join(items: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn string_literals_are_hex_so_nothing_can_escape() {
-        assert_eq!(lit("a'b"), "CONVERT(X'612762' USING utf8mb4)");
-        assert_eq!(lit(""), "CONVERT(X'' USING utf8mb4)");
-    }
 
     #[test]
     fn backoff_sql_follows_the_policy() {

@@ -14,7 +14,7 @@ use mysql::{Pool, Row, Transaction};
 
 use super::{Message, QueueRef};
 use crate::error::{Error, Result};
-use crate::store::{bytes_lit, lit, opt_lit};
+use crate::sql::{bytes_lit, lit, opt_lit};
 
 /// The default table name (the one `migrations/V10__create_outbox_inbox_dead_letter.sql` creates).
 pub const DEFAULT_TABLE: &str = "outbox_inbox_dead_letter";

@@ -161,7 +161,7 @@ pub unsafe extern "C" fn outbox_migrate(
                 return Err(Failure::null("conf"));
             }
             let config = &(*conf).config;
-            let pool = crate::relay::connect(config)?;
+            let pool = crate::db::connect(config)?;
             crate::migrate_table(&pool, &config.table)?;
             Ok(())
         })
