@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use mysql::prelude::Queryable;
 use mysql::{Opts, Pool};
 
-use outbox::consumer::rocketmq::{RocketMqSource, SourceConfig};
+use outbox::rocketmq::{RocketMqSource, SourceConfig};
 use outbox::consumer::{Consumer, ConsumerConfig, HandlerError, Message, Source};
 use outbox::rocketmq::RocketMqPublisher;
 use outbox::{Config, OutboundEvent, Publisher, SendOutcome};

@@ -1,7 +1,7 @@
 //! The consumer runtime: the consuming half of the pattern (docs/inbox.md).
 //!
-//! A [`Consumer`] takes messages from a [`Source`] (RocketMQ: [`rocketmq::RocketMqSource`], cargo
-//! feature `rocketmq`) and runs the service's [`Handler`] on each, inside a database transaction
+//! A [`Consumer`] takes messages from a [`Source`] (RocketMQ: `outbox::rocketmq::RocketMqSource`,
+//! cargo feature `rocketmq`) and runs the service's [`Handler`] on each, inside a database transaction
 //! that also holds the message's [inbox](crate::inbox) mark: the handler's writes commit once per
 //! consumer group and event key, however many copies arrive.
 //!
@@ -22,8 +22,6 @@
 //! the copy into a duplicate.
 
 pub mod dead_letter;
-#[cfg(feature = "rocketmq")]
-pub mod rocketmq;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

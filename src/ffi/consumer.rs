@@ -149,7 +149,7 @@ type ConsumeFn = unsafe extern "C" fn(*mut c_void, *mut outbox_tx, *const outbox
 
 #[cfg(feature = "rocketmq")]
 fn start(config: &crate::Config, topic: &str, group: &str, cb: ConsumeFn, ud: UserData) -> Result<Consumer, Failure> {
-    use crate::consumer::rocketmq::{RocketMqSource, SourceConfig};
+    use crate::rocketmq::{RocketMqSource, SourceConfig};
     let pool = crate::db::connect(config)?;
     let source = RocketMqSource::start(&SourceConfig::new(&config.rocketmq.namesrv, topic, group))?;
     let handler = move |tx: &mut mysql::Transaction<'_>, m: &Message| call_handler(cb, ud, tx, m);

@@ -8,7 +8,7 @@ use mysql::prelude::Queryable;
 
 use crate::rocketmq_e2e::{ensure_broker, unique, wait_drained, BROKER_LOCK};
 use crate::support::{wait_until, TestDb};
-use outbox::consumer::rocketmq::{RocketMqSource, SourceConfig};
+use outbox::rocketmq::{RocketMqSource, SourceConfig};
 use outbox::consumer::{Consumer, ConsumerConfig, HandlerError, Message};
 use outbox::rocketmq::RocketMqPublisher;
 use outbox::{NewEvent, Relay};

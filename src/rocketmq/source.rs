@@ -1,9 +1,9 @@
-//! A [`Source`] on RocketMQ (cargo feature `rocketmq`): `rocketmq-client-rust`'s lite pull
+//! A [`Source`] on RocketMQ: `rocketmq-client-rust`'s lite pull
 //! consumer in subscribe mode (the broker balances the topic's queues over the group's
 //! instances), with automatic offset commits off: offsets move only when the [`Consumer`]
 //! commits them, after the database commit.
 //!
-//! [`Consumer`]: super::Consumer
+//! [`Consumer`]: crate::consumer::Consumer
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -16,9 +16,10 @@ use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_observability::TelemetryRuntimeGuard;
 use rocketmq_runtime::RuntimeOwner;
 
-use super::{Message, QueueRef, Source};
+use super::classify::describe;
+use super::runtime::client_runtime;
+use crate::consumer::{Message, QueueRef, Source};
 use crate::error::{Error, Result};
-use crate::rocketmq::describe;
 
 /// Where a new consumer group starts in the topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +36,7 @@ pub struct SourceConfig {
     /// Name server address(es), `host:port[;host:port]`.
     pub namesrv: String,
     pub topic: String,
-    /// The consumer group (the same as the [`super::ConsumerConfig`]'s).
+    /// The consumer group (the same as the consumer's [`crate::consumer::ConsumerConfig`]).
     pub group: String,
     pub start_from: StartFrom,
     /// Messages per pull request.
@@ -79,7 +80,7 @@ impl RocketMqSource {
             return Err(crate::ConfigError::invalid("consumer.topic", "", "must not be empty").into());
         }
         let (owner, telemetry, client_runtime) =
-            crate::rocketmq::client_runtime("outbox-consumer", "outbox-consumer-client")
+            client_runtime("outbox-consumer", "outbox-consumer-client")
                 .map_err(|(what, e)| source_error(what, e))?;
         // A client id of its own per instance: two instances of a group on one host must count as
         // two in the broker's queue balancing.

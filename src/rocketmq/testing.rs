@@ -1,0 +1,120 @@
+//! A test consumer: reads every message of a topic back from the first offset (tests, the demo,
+//! the fault suite).
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use cheetah_string::CheetahString;
+use rocketmq_client_rust::DefaultLitePullConsumer;
+use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
+use rocketmq_model::common::message::MessageTrait;
+
+use super::classify::describe;
+
+/// One message as a consumer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumed {
+    pub msg_id: String,
+    pub topic: String,
+    pub body: Vec<u8>,
+    pub keys: Option<String>,
+    pub tags: Option<String>,
+    /// Every property, the system ones (KEYS, TAGS, UNIQ_KEY, ...) included.
+    pub properties: BTreeMap<String, String>,
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    /// The broker that stored it (a queue is `(broker, queue_id)`).
+    pub broker: String,
+}
+
+impl Consumed {
+    /// The `eventId` property parsed as a row id.
+    pub fn event_id(&self) -> Option<u64> {
+        self.properties.get("eventId").and_then(|v| v.parse().ok())
+    }
+}
+
+/// What [`read_topic`] found.
+#[derive(Debug, Clone, Default)]
+pub struct ReadBack {
+    /// Every message, in the order received (duplicates included).
+    pub messages: Vec<Consumed>,
+    /// Distinct `eventId`s seen.
+    pub distinct: usize,
+    /// Whether the deadline passed before `expected` distinct events arrived.
+    pub timed_out: bool,
+}
+
+impl ReadBack {
+    /// Messages received more than once (by `eventId`): total minus distinct.
+    pub fn duplicates(&self) -> usize {
+        self.messages.iter().filter(|m| m.event_id().is_some()).count() - self.distinct
+    }
+}
+
+/// Reads `topic` from its first offset with a fresh consumer group until `expected` distinct
+/// `eventId`s arrived and one more poll brings nothing (so late duplicates are counted too),
+/// or until `deadline` passes.
+pub fn read_topic(namesrv: &str, topic: &str, expected: usize, deadline: Duration) -> Result<ReadBack, String> {
+    let end = Instant::now() + deadline;
+    let (owner, telemetry, rt) = super::runtime::client_runtime("outbox-test-consumer", "outbox-test-consumer")
+        .map_err(|(what, e)| format!("{what}: {e}"))?;
+    let group = format!("outbox_test_{:08x}", rand::random::<u32>());
+    let consumer = DefaultLitePullConsumer::builder(rt.clone())
+        .consumer_group(group.as_str())
+        .name_server_addr(namesrv)
+        .instance_name(group.as_str())
+        .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
+        .auto_commit(false)
+        .build()
+        .map_err(|e| describe(&e))?;
+    let result = owner.block_on(async {
+        consumer.subscribe(topic).await.map_err(|e| describe(&e))?;
+        consumer.start().await.map_err(|e| describe(&e))?;
+        let event_id = CheetahString::from_static_str("eventId");
+        let mut seen = HashSet::new();
+        let mut out = ReadBack::default();
+        loop {
+            let batch = consumer.poll_with_timeout(1000).await;
+            let empty = batch.is_empty();
+            for m in batch {
+                if let Some(id) = m.property(&event_id) {
+                    seen.insert(id.to_string());
+                }
+                out.messages.push(Consumed {
+                    msg_id: m.msg_id().to_string(),
+                    topic: m.topic().to_string(),
+                    body: m.body().map(|b| b.to_vec()).unwrap_or_default(),
+                    keys: m.get_keys().map(|k| k.to_string()),
+                    tags: m.get_tags().map(|t| t.to_string()),
+                    properties: m
+                        .properties()
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                    queue_id: m.queue_id(),
+                    queue_offset: m.queue_offset(),
+                    broker: m.broker_name().to_string(),
+                });
+            }
+            out.distinct = seen.len();
+            if out.distinct >= expected && empty {
+                break;
+            }
+            if Instant::now() >= end {
+                out.timed_out = out.distinct < expected;
+                break;
+            }
+        }
+        consumer.shutdown().await;
+        Ok::<_, String>(out)
+    });
+    owner.block_on(async {
+        let _ = rt.shutdown().await;
+    });
+    drop(consumer);
+    drop(rt);
+    let _ = owner.shutdown_runtime_blocking_with_timeout(Duration::from_secs(5));
+    drop(telemetry);
+    result
+}
