@@ -1,0 +1,104 @@
+//! How a consumer runs: [`ConsumerConfig`], checked before anything starts.
+
+use std::time::Duration;
+
+use super::dead_letter;
+use crate::error::Result;
+
+/// How a consumer runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerConfig {
+    /// The consumer group: the inbox marks keys per group.
+    pub group: String,
+    pub inbox_table: String,
+    pub dead_letter_table: String,
+    /// Handler threads (each with its own database connection).
+    pub threads: usize,
+    /// Handler attempts per message before it is parked in the dead-letter table.
+    pub max_attempts: u32,
+    /// Wait after a first failure; doubles per attempt up to `backoff_max`.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// How often offsets are also stored with the broker (they are committed in memory at once).
+    pub persist_interval: Duration,
+    /// How often the replayer looks for dead letters to replay.
+    pub replay_interval: Duration,
+    /// Messages waiting per handler thread before the poller waits.
+    pub queue_capacity: usize,
+    /// How long marks are kept: the replayer deletes older ones (in small batches, every
+    /// `retention_interval`). `None` keeps them (purge them yourself). Default: 7 days
+    /// ([`crate::inbox::DEFAULT_RETENTION`]); never shorter than the broker's redelivery span.
+    pub retention: Option<Duration>,
+    pub retention_interval: Duration,
+    /// Mark each key in the inbox before the handler runs (the default). Off, every copy runs
+    /// the handler: only for handlers that are idempotent by themselves (and to measure what the
+    /// inbox costs).
+    pub inbox: bool,
+}
+
+impl ConsumerConfig {
+    pub fn new(group: &str) -> ConsumerConfig {
+        ConsumerConfig {
+            group: group.to_string(),
+            inbox_table: crate::inbox::DEFAULT_TABLE.into(),
+            dead_letter_table: dead_letter::DEFAULT_TABLE.into(),
+            threads: 4,
+            max_attempts: 5,
+            backoff_initial: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(10),
+            persist_interval: Duration::from_secs(1),
+            replay_interval: Duration::from_secs(2),
+            queue_capacity: 256,
+            retention: Some(crate::inbox::DEFAULT_RETENTION),
+            retention_interval: Duration::from_secs(60),
+            inbox: true,
+        }
+    }
+
+    /// Every problem at once is not needed here: the first bad field, named with its value.
+    pub fn validate(&self) -> Result<()> {
+        crate::inbox::check_group(&self.group)?;
+        crate::config::table_name("inbox.table", &self.inbox_table)?;
+        crate::config::table_name("inbox.dead_letter.table", &self.dead_letter_table)?;
+        let bad = |key: &str, value: String, reason: &str| -> Result<()> {
+            Err(crate::ConfigError::invalid(key, value, reason).into())
+        };
+        if self.threads == 0 || self.threads > 256 {
+            return bad("consumer.threads", self.threads.to_string(), "must be 1 to 256");
+        }
+        if self.max_attempts == 0 {
+            return bad("consumer.max.attempts", "0".into(), "must be at least 1");
+        }
+        if self.backoff_initial.is_zero() || self.backoff_max < self.backoff_initial {
+            return bad(
+                "consumer.backoff",
+                format!("{:?}..{:?}", self.backoff_initial, self.backoff_max),
+                "initial must be > 0 and not above max",
+            );
+        }
+        if self.queue_capacity == 0 {
+            return bad("consumer.queue.capacity", "0".into(), "must be at least 1");
+        }
+        if self.retention.is_some_and(|r| r < Duration::from_secs(3600)) {
+            return bad(
+                "inbox.retention",
+                format!("{:?}", self.retention.unwrap_or_default()),
+                "must be at least 1 h: RocketMQ redelivers an unacknowledged message for hours, and a copy \
+                 arriving after its mark is deleted is handled again",
+            );
+        }
+        if self.persist_interval.is_zero() || self.replay_interval.is_zero() || self.retention_interval.is_zero() {
+            return bad(
+                "consumer.interval",
+                "0".into(),
+                "persist and replay intervals must be > 0",
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(16);
+        self.backoff_initial.saturating_mul(factor).min(self.backoff_max)
+    }
+}

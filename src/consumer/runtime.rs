@@ -1,0 +1,243 @@
+//! The [`Consumer`]: its start (checks, threads) and stop, the poller thread that takes messages
+//! from the source, routes each queue to one handler thread and commits offsets, and the handler
+//! threads' loop.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use mysql::Pool;
+use parking_lot::Mutex;
+
+use super::handle::{handle_message, Done};
+use super::replay::replay_loop;
+use super::shared::Inner;
+use super::stats::{stats_of, Counters};
+use super::{ConsumerConfig, ConsumerStats, Handler, KeySource, Message, QueueRef, Source};
+use crate::error::{Error, Result};
+use crate::inbox::Inbox;
+
+/// A running consumer. [`Consumer::stop`] ends it; dropping it stops it too.
+pub struct Consumer {
+    inner: Arc<Inner>,
+    stop_tx: Option<Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consumer")
+            .field("group", &self.inner.config.group)
+            .finish()
+    }
+}
+
+impl Consumer {
+    /// Starts the threads. `pool` is the service's database (where the inbox and dead-letter
+    /// tables are, see [`crate::migrate`]); the handler's transactions come from it.
+    pub fn start(
+        config: ConsumerConfig,
+        pool: Pool,
+        source: Arc<dyn Source>,
+        handler: Arc<dyn Handler>,
+    ) -> Result<Consumer> {
+        config.validate()?;
+        // Fail fast, with the database's own message, if it is unreachable or a table is missing.
+        {
+            use mysql::prelude::Queryable;
+            let mut conn = pool.get_conn()?;
+            conn.query_drop(format!("SELECT 1 FROM {} LIMIT 0", config.inbox_table))?;
+            conn.query_drop(format!("SELECT 1 FROM {} LIMIT 0", config.dead_letter_table))?;
+        }
+        let (stop_tx, stop_rx) = bounded::<()>(0);
+        let inner = Arc::new(Inner {
+            inbox: Inbox::new(&config.inbox_table)?,
+            config,
+            pool,
+            source,
+            handler,
+            counters: Counters {
+                lag: AtomicI64::new(-1),
+                ..Counters::default()
+            },
+            done: Mutex::new(HashMap::new()),
+            stop_rx,
+            warned: Mutex::new(HashMap::new()),
+        });
+        let mut threads = Vec::new();
+        let mut senders = Vec::new();
+        for i in 0..inner.config.threads {
+            let (tx, rx) = bounded::<Message>(inner.config.queue_capacity);
+            senders.push(tx);
+            let inner = inner.clone();
+            threads.push(spawn(&format!("outbox-consume-{i}"), move || {
+                handler_loop(&inner, &rx)
+            })?);
+        }
+        {
+            let inner = inner.clone();
+            threads.push(spawn("outbox-consume-poll", move || poll_loop(&inner, senders))?);
+        }
+        {
+            let inner = inner.clone();
+            threads.push(spawn("outbox-consume-replay", move || replay_loop(&inner))?);
+        }
+        log::info!(
+            "consumer {} started: {} handler threads, inbox {}, dead letters in {}",
+            inner.config.group,
+            inner.config.threads,
+            inner.config.inbox_table,
+            inner.config.dead_letter_table
+        );
+        Ok(Consumer {
+            inner,
+            stop_tx: Some(stop_tx),
+            threads,
+        })
+    }
+
+    pub fn group(&self) -> &str {
+        &self.inner.config.group
+    }
+
+    pub fn stats(&self) -> ConsumerStats {
+        stats_of(&self.inner)
+    }
+
+    /// Stops taking messages, lets each handler thread finish the message in hand (the others
+    /// are not acknowledged: the broker delivers them again), commits and stores the offsets,
+    /// and leaves the group. Returns the final counters.
+    pub fn stop(mut self) -> ConsumerStats {
+        self.shutdown();
+        stats_of(&self.inner)
+    }
+
+    fn shutdown(&mut self) {
+        if self.stop_tx.take().is_none() {
+            return;
+        }
+        for t in self.threads.drain(..) {
+            if t.join().is_err() {
+                log::error!("consumer {}: a thread panicked", self.inner.config.group);
+            }
+        }
+        flush_offsets(&self.inner, true);
+        self.inner.source.shutdown();
+        let s = stats_of(&self.inner);
+        log::info!(
+            "consumer {} stopped: {} received, {} processed, {} duplicates, {} dead-lettered",
+            self.inner.config.group,
+            s.received,
+            s.processed,
+            s.duplicates,
+            s.dead_lettered
+        );
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .map_err(|e| Error::Publisher(format!("could not start thread {name}: {e}")))
+}
+
+/// The handler thread of a queue: messages are routed by queue, so each queue is handled here
+/// in offset order, one message at a time.
+fn queue_thread(queue: &QueueRef, threads: usize) -> usize {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    queue.hash(&mut h);
+    (h.finish() % threads as u64) as usize
+}
+
+fn poll_loop(inner: &Inner, senders: Vec<Sender<Message>>) {
+    let mut last_persist = Instant::now();
+    let mut last_lag = Instant::now() - Duration::from_secs(60);
+    'outer: while !inner.stopping() {
+        match inner.source.poll(Duration::from_millis(100)) {
+            Ok(batch) => {
+                for msg in batch {
+                    inner.counters.received.fetch_add(1, Relaxed);
+                    if msg.key_source != KeySource::EventKey {
+                        inner.counters.fallback_keys.fetch_add(1, Relaxed);
+                        inner.warn("fallback key", || {
+                            format!(
+                                "a message on {} has no eventKey property; deduplicating on {:?} instead \
+                                 (see docs/inbox.md)",
+                                msg.queue, msg.key
+                            )
+                        });
+                    }
+                    let mut m = msg;
+                    let thread = queue_thread(&m.queue, senders.len());
+                    // Waits while that thread's queue is full, but not past a stop.
+                    loop {
+                        match senders[thread].send_timeout(m, Duration::from_millis(100)) {
+                            Ok(()) => break,
+                            Err(crossbeam_channel::SendTimeoutError::Timeout(back)) => {
+                                if inner.stopping() {
+                                    break 'outer;
+                                }
+                                flush_offsets(inner, false);
+                                m = back;
+                            }
+                            Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => break 'outer,
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                inner.warn("poll", || format!("taking messages failed: {e}"));
+                if !inner.pause(Duration::from_millis(500)) {
+                    break;
+                }
+            }
+        }
+        let persist = last_persist.elapsed() >= inner.config.persist_interval;
+        flush_offsets(inner, persist);
+        if persist {
+            last_persist = Instant::now();
+        }
+        if last_lag.elapsed() >= Duration::from_secs(5) {
+            last_lag = Instant::now();
+            if let Some(lag) = inner.source.lag() {
+                inner.counters.lag.store(lag.min(i64::MAX as u64) as i64, Relaxed);
+            }
+        }
+    }
+    // Dropping the senders ends the handler threads once they finish the message in hand.
+}
+
+/// Commits the offsets the handler threads reached since the last call.
+fn flush_offsets(inner: &Inner, persist: bool) {
+    let offsets: Vec<(QueueRef, u64)> = inner.done.lock().drain().collect();
+    if !offsets.is_empty() || persist {
+        inner.source.commit(&offsets, persist);
+    }
+}
+
+fn handler_loop(inner: &Inner, rx: &Receiver<Message>) {
+    loop {
+        let msg = crossbeam_channel::select! {
+            recv(rx) -> m => match m { Ok(m) => m, Err(_) => return },
+            recv(inner.stop_rx) -> _ => return,
+        };
+        let done = handle_message(inner, &msg);
+        if matches!(done, Done::Abandoned) {
+            return;
+        }
+        inner.counters.done.fetch_add(1, Relaxed);
+        inner.done.lock().insert(msg.queue.clone(), msg.offset + 1);
+    }
+}

@@ -1,0 +1,140 @@
+//! What a consumer counts ([`ConsumerStats`], also as Prometheus text), and the counters its
+//! threads add to.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+use super::shared::Inner;
+
+/// Counters of a running consumer (totals since start), and its lag.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConsumerStats {
+    /// Messages taken from the source.
+    pub received: u64,
+    /// Handled: the handler ran and its transaction committed.
+    pub processed: u64,
+    /// Copies whose key the group had already processed: acknowledged without running the handler.
+    pub duplicates: u64,
+    /// Handler attempts that failed (each retried or, the last, parked).
+    pub failed_attempts: u64,
+    /// Messages parked in the dead-letter table.
+    pub dead_lettered: u64,
+    /// Dead letters handled again after a replay request.
+    pub replayed: u64,
+    /// Database failures retried without using an attempt.
+    pub db_errors: u64,
+    /// Messages whose dedup key is not the `eventKey` property ([`KeySource`]).
+    pub fallback_keys: u64,
+    /// Messages handed to handler threads and not yet done.
+    pub in_flight: u64,
+    /// Messages on the assigned queues not yet committed (`None` until known).
+    pub lag: Option<u64>,
+}
+
+impl ConsumerStats {
+    /// The Prometheus text exposition of these counters, labelled with the group.
+    pub fn prometheus(&self, group: &str) -> String {
+        let g = group.replace('\\', "\\\\").replace('"', "\\\"");
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, v: u64| {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{group=\"{g}\"}} {v}\n"
+            ));
+        };
+        metric(
+            "outbox_consumer_received_total",
+            "counter",
+            "Messages taken from the broker.",
+            self.received,
+        );
+        metric(
+            "outbox_consumer_processed_total",
+            "counter",
+            "Messages handled and committed.",
+            self.processed,
+        );
+        metric(
+            "outbox_consumer_duplicates_total",
+            "counter",
+            "Copies already processed by the group (handler not run).",
+            self.duplicates,
+        );
+        metric(
+            "outbox_consumer_failed_attempts_total",
+            "counter",
+            "Handler attempts that failed.",
+            self.failed_attempts,
+        );
+        metric(
+            "outbox_consumer_dead_lettered_total",
+            "counter",
+            "Messages parked in the dead-letter table.",
+            self.dead_lettered,
+        );
+        metric(
+            "outbox_consumer_replayed_total",
+            "counter",
+            "Dead letters handled again.",
+            self.replayed,
+        );
+        metric(
+            "outbox_consumer_db_errors_total",
+            "counter",
+            "Database failures retried without an attempt.",
+            self.db_errors,
+        );
+        metric(
+            "outbox_consumer_fallback_keys_total",
+            "counter",
+            "Messages without an eventKey property.",
+            self.fallback_keys,
+        );
+        metric(
+            "outbox_consumer_in_flight",
+            "gauge",
+            "Messages taken and not yet done.",
+            self.in_flight,
+        );
+        if let Some(lag) = self.lag {
+            metric(
+                "outbox_consumer_lag_messages",
+                "gauge",
+                "Messages on the assigned queues not yet committed.",
+                lag,
+            );
+        }
+        out
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) received: AtomicU64,
+    pub(super) processed: AtomicU64,
+    pub(super) duplicates: AtomicU64,
+    pub(super) failed_attempts: AtomicU64,
+    pub(super) dead_lettered: AtomicU64,
+    pub(super) replayed: AtomicU64,
+    pub(super) db_errors: AtomicU64,
+    pub(super) fallback_keys: AtomicU64,
+    pub(super) done: AtomicU64,
+    /// -1: unknown.
+    pub(super) lag: AtomicI64,
+}
+
+pub(super) fn stats_of(inner: &Inner) -> ConsumerStats {
+    let c = &inner.counters;
+    let received = c.received.load(Relaxed);
+    let lag = c.lag.load(Relaxed);
+    ConsumerStats {
+        received,
+        processed: c.processed.load(Relaxed),
+        duplicates: c.duplicates.load(Relaxed),
+        failed_attempts: c.failed_attempts.load(Relaxed),
+        dead_lettered: c.dead_lettered.load(Relaxed),
+        replayed: c.replayed.load(Relaxed),
+        db_errors: c.db_errors.load(Relaxed),
+        fallback_keys: c.fallback_keys.load(Relaxed),
+        in_flight: received.saturating_sub(c.done.load(Relaxed)),
+        lag: u64::try_from(lag).ok(),
+    }
+}
