@@ -31,4 +31,3 @@ pub fn connect(config: &Config) -> Result<Pool> {
         .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"]);
     Ok(Pool::new(builder)?)
 }
-

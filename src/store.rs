@@ -11,8 +11,8 @@ use mysql::{Pool, PooledConn, Row, TxOpts};
 
 use crate::config::{Backoff, BackoffPolicy, Config};
 use crate::error::Result;
-use crate::sql::{id_list, lit, opt_lit};
 use crate::event::{parse_headers, EventId, NewEvent, OutboundEvent};
+use crate::sql::{id_list, lit, opt_lit};
 
 /// Status values, as stored.
 pub mod status {

@@ -65,7 +65,12 @@ pub(super) fn wait(wake: &Receiver<()>, shutdown: &Receiver<()>, timeout: Durati
 }
 
 /// [`wait`], also woken when a worker finishes a chunk (capacity freed).
-pub(super) fn wait_or_capacity(wake: &Receiver<()>, capacity: &Receiver<()>, shutdown: &Receiver<()>, timeout: Duration) {
+pub(super) fn wait_or_capacity(
+    wake: &Receiver<()>,
+    capacity: &Receiver<()>,
+    shutdown: &Receiver<()>,
+    timeout: Duration,
+) {
     select! {
         recv(wake) -> _ => {},
         recv(capacity) -> _ => {},
@@ -110,7 +115,12 @@ pub(super) fn release_chunk_unsent(inner: &Inner, chunk: &Chunk, reason: &str) {
 
 /// Runs a state transition, retrying database errors with backoff while the lease lasts. If it
 /// never succeeds the rows stay SENDING and come back when their lease expires (at least once).
-pub(super) fn with_db_retry(inner: &Inner, until: Instant, what: &str, mut f: impl FnMut() -> Result<u64>) -> Option<u64> {
+pub(super) fn with_db_retry(
+    inner: &Inner,
+    until: Instant,
+    what: &str,
+    mut f: impl FnMut() -> Result<u64>,
+) -> Option<u64> {
     let mut delay = Duration::from_millis(20);
     loop {
         match f() {

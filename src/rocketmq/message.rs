@@ -146,9 +146,7 @@ pub(super) fn batch_outcomes(r: &SendResult, n: usize) -> Vec<SendOutcome> {
     }
 }
 
-pub(super) fn single_result(
-    result: std::result::Result<ClientResult<Option<SendResult>>, SendError>,
-) -> SendOutcome {
+pub(super) fn single_result(result: std::result::Result<ClientResult<Option<SendResult>>, SendError>) -> SendOutcome {
     match result {
         Ok(Ok(Some(r))) => single_outcome(&r),
         Ok(Ok(None)) => SendOutcome::Failed(SendError::timeout("the client returned no send result")),

@@ -49,7 +49,10 @@ pub(super) fn block_on_bounded<F: std::future::Future>(
 }
 
 /// `fut`, given up (as a timeout) if it outlives `budget` by more than [`HARD_TIMEOUT_SLACK`].
-pub(super) async fn bounded<F: std::future::Future>(budget: Duration, fut: F) -> std::result::Result<F::Output, SendError> {
+pub(super) async fn bounded<F: std::future::Future>(
+    budget: Duration,
+    fut: F,
+) -> std::result::Result<F::Output, SendError> {
     tokio::time::timeout(budget + HARD_TIMEOUT_SLACK, fut)
         .await
         .map_err(|_| {

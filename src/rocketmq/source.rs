@@ -80,8 +80,7 @@ impl RocketMqSource {
             return Err(crate::ConfigError::invalid("consumer.topic", "", "must not be empty").into());
         }
         let (owner, telemetry, client_runtime) =
-            client_runtime("outbox-consumer", "outbox-consumer-client")
-                .map_err(|(what, e)| source_error(what, e))?;
+            client_runtime("outbox-consumer", "outbox-consumer-client").map_err(|(what, e)| source_error(what, e))?;
         // A client id of its own per instance: two instances of a group on one host must count as
         // two in the broker's queue balancing.
         let instance = format!("outbox-consumer-{}-{:08x}", std::process::id(), rand::random::<u32>());
