@@ -17,6 +17,7 @@ pub mod db;
 pub mod error;
 pub mod event;
 pub mod ffi;
+mod host;
 pub mod inbox;
 pub mod latency;
 pub mod migrate;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::{arg_str, ffi_boundary, with_errstr, Failure};
+use super::{arg_str, ffi_boundary, with_errstr, Failure, UserData};
 use crate::ffi::outbox_result;
 
 /// A relay configuration being built: the keys of the Rust `Config` (`db.url`, `table`,
@@ -40,14 +40,6 @@ type outbox_dead_letter_cb_fn = unsafe extern "C" fn(user_data: *mut c_void, let
 pub type outbox_dead_letter_cb =
     Option<unsafe extern "C" fn(user_data: *mut c_void, letter: *const outbox_dead_letter)>;
 
-/// The host's callback context; the host promises it may be used from any thread.
-#[derive(Clone, Copy)]
-pub(crate) struct UserData(pub *mut c_void);
-// SAFETY: `outbox_conf_set_dead_letter_cb` documents that the callback and its user data are
-// used from relay threads; the host accepts that by setting them.
-unsafe impl Send for UserData {}
-unsafe impl Sync for UserData {}
-
 /// The callback as the relay holds it: cleared by `outbox_free` (under the write lock, so a
 /// callback in progress finishes first and none starts afterwards).
 pub(crate) type HookSlot = Arc<RwLock<Option<(outbox_dead_letter_cb_fn, UserData)>>>;
@@ -78,7 +70,7 @@ pub(crate) fn hook_for(slot: &HookSlot) -> crate::DeadLetterHook {
 #[no_mangle]
 pub extern "C" fn outbox_conf_new() -> *mut outbox_conf {
     ffi_boundary!(fallback = std::ptr::null_mut(), nonnull() {
-        super::logging::install();
+        crate::host::log_sink::install();
         Box::into_raw(Box::new(outbox_conf {
             config: crate::Config::default(),
             dead_letter: None,

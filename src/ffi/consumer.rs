@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CString};
 
-use super::conf::UserData;
+use super::UserData;
 use super::{arg_str, ffi_boundary, outbox_conf, outbox_tx, with_errstr, write_string_out, Failure};
 use crate::consumer::{Consumer, Message};
 use crate::ffi::outbox_result::{self, *};

@@ -1,26 +1,13 @@
-//! Host logging: the core's `log` records, routed to the host (a C callback, the JVM's
-//! `System.Logger`, Go's `log/slog`) instead of nowhere.
-//!
-//! The library installs its own `log` logger the first time a host entry point needs it
-//! (`outbox_conf_new`, `outbox_set_log_callback`, `outbox_set_log_level`, the Java and Go
-//! bindings at load). A Rust program that installed a logger of its own keeps it: the records go
-//! there and the callback is never called.
-//!
-//! Default: each record at INFO or above is written to stderr as one line
-//! `outbox <LEVEL> <target>: <message>`. INFO carries start/stop and state changes (breaker,
-//! database reachable again), never a line per event; per-event lines are DEBUG and TRACE.
+//! Host logging over the C ABI: the core's `log` records routed to a C callback
+//! (`outbox_set_log_callback`) through the shared sink of [`crate::host::log_sink`], and the
+//! process-wide threshold (`outbox_set_log_level`).
 
-use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CString};
-use std::io::Write;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
-use parking_lot::RwLock;
-
-use super::conf::UserData;
-use super::{ffi_boundary, Failure};
+use super::{ffi_boundary, Failure, UserData};
 use crate::ffi::outbox_result;
+use crate::host::log_sink::{install, set_sink, Sink};
 
 /// Severity of a log record, and the threshold of `outbox_set_log_level`. The values are
 /// stable.
@@ -81,98 +68,21 @@ pub type outbox_log_cb = Option<
 
 type LogFn = unsafe extern "C" fn(outbox_log_level, *const c_char, *const c_char, *mut c_void);
 
-/// A binding's own delivery of one record: level, target, message.
-pub(crate) type HostLogFn = Arc<dyn Fn(log::Level, &str, &str) + Send + Sync>;
-
-/// Where records go.
-pub(crate) enum Sink {
-    /// One line per record on stderr (the default).
-    Stderr,
-    /// A host's C callback.
-    Callback(LogFn, UserData),
-    /// A binding's own delivery (the JVM).
-    #[cfg_attr(not(feature = "jni"), allow(dead_code))]
-    Host(HostLogFn),
-}
-
-static SINK: RwLock<Sink> = parking_lot::const_rwlock(Sink::Stderr);
-
-thread_local! {
-    /// Set while this thread delivers a record: records logged meanwhile are dropped.
-    static DELIVERING: Cell<bool> = const { Cell::new(false) };
-}
-
-struct HostLogger;
-
-static LOGGER: HostLogger = HostLogger;
-
-impl log::Log for HostLogger {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::max_level()
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if !self.enabled(record.metadata()) || DELIVERING.with(Cell::get) {
-            return;
-        }
-        DELIVERING.with(|d| d.set(true));
-        // Nothing a host's logger does may unwind into the relay's threads.
-        let _ = catch_unwind(AssertUnwindSafe(|| deliver(record)));
-        DELIVERING.with(|d| d.set(false));
-    }
-
-    fn flush(&self) {}
-}
-
-fn deliver(record: &log::Record<'_>) {
-    let message = record.args().to_string();
-    let sink = SINK.read_recursive();
-    match &*sink {
-        Sink::Stderr => write_stderr(record.level(), record.target(), &message),
-        Sink::Callback(cb, ud) => {
-            let c = |s: &str| CString::new(s.replace('\0', "\u{FFFD}")).unwrap_or_default();
-            let (target, message) = (c(record.target()), c(&message));
-            // SAFETY: the host set this callback and context for exactly these calls.
-            unsafe {
-                cb(
-                    outbox_log_level::from_level(record.level()),
-                    target.as_ptr(),
-                    message.as_ptr(),
-                    ud.0,
-                )
-            };
-        }
-        Sink::Host(f) => f(record.level(), record.target(), &message),
-    }
-}
-
-/// The default sink, and the fallback of bindings that cannot deliver a record.
-pub(crate) fn write_stderr(level: log::Level, target: &str, message: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "outbox {level:<5} {target}: {message}");
-}
-
-/// Installs the library's logger (once) with the default threshold INFO, unless the process
-/// already has a `log` logger.
-pub(crate) fn install() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        if log::set_logger(&LOGGER).is_ok() {
-            log::set_max_level(log::LevelFilter::Info);
-        }
-    });
-}
-
-/// Replaces the sink; waits for records being delivered to the old one.
-pub(crate) fn set_sink(sink: Sink) -> Result<(), Failure> {
-    if DELIVERING.with(Cell::get) {
-        return Err(Failure::new(
-            outbox_result::OUTBOX_ERR_INVALID_ARGUMENT,
-            "the log callback cannot be changed from inside a log callback",
-        ));
-    }
-    install();
-    *SINK.write() = sink;
-    Ok(())
+/// Delivers each record to the host's C callback.
+fn c_callback(cb: LogFn, ud: UserData) -> crate::host::log_sink::HostLogFn {
+    Arc::new(move |level, target, message| {
+        let c = |s: &str| CString::new(s.replace('\0', "\u{FFFD}")).unwrap_or_default();
+        let (target, message) = (c(target), c(message));
+        // SAFETY: the host set this callback and context for exactly these calls.
+        unsafe {
+            cb(
+                outbox_log_level::from_level(level),
+                target.as_ptr(),
+                message.as_ptr(),
+                ud.ptr(),
+            )
+        };
+    })
 }
 
 /// Routes the library's log records to `cb` (process-wide), or back to the default (one line
@@ -187,9 +97,15 @@ pub(crate) fn set_sink(sink: Sink) -> Result<(), Failure> {
 #[no_mangle]
 pub unsafe extern "C" fn outbox_set_log_callback(cb: outbox_log_cb, user_data: *mut c_void) -> outbox_result {
     ffi_boundary!(nonnull() {
-        set_sink(match cb {
-            Some(cb) => Sink::Callback(cb, UserData(user_data)),
+        let sink = match cb {
+            Some(cb) => Sink::Host(c_callback(cb, UserData(user_data))),
             None => Sink::Stderr,
+        };
+        set_sink(sink).map_err(|_| {
+            Failure::new(
+                outbox_result::OUTBOX_ERR_INVALID_ARGUMENT,
+                "the log callback cannot be changed from inside a log callback",
+            )
         })
     })
 }

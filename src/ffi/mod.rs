@@ -20,14 +20,13 @@
 
 use crate::error::panic_message;
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 mod conf;
 mod consumer;
 mod event;
-pub(crate) mod logging;
-pub(crate) mod owned_tx;
+mod logging;
 mod relay;
 mod tx;
 
@@ -37,6 +36,21 @@ pub use event::*;
 pub use logging::*;
 pub use relay::*;
 pub use tx::*;
+
+/// The host's callback context; the host promises it may be used from any thread.
+#[derive(Clone, Copy)]
+pub(crate) struct UserData(pub *mut c_void);
+// SAFETY: `outbox_conf_set_dead_letter_cb` documents that the callback and its user data are
+// used from relay threads; the host accepts that by setting them.
+unsafe impl Send for UserData {}
+unsafe impl Sync for UserData {}
+
+impl UserData {
+    /// The pointer (a method, so a closure captures the whole `UserData`, which is `Send + Sync`).
+    pub(crate) fn ptr(self) -> *mut c_void {
+        self.0
+    }
+}
 
 /// The result of every fallible function. The values are stable: new codes are only ever
 /// added, never renumbered.

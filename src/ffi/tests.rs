@@ -234,7 +234,7 @@ fn the_dead_letter_callback_gets_every_field_and_is_never_called_once_cleared() 
     let seen: Seen = parking_lot::Mutex::new(Vec::new());
     let slot: conf::HookSlot = std::sync::Arc::new(parking_lot::RwLock::new(Some((
         record_letter as unsafe extern "C" fn(_, _),
-        conf::UserData(&seen as *const _ as *mut std::ffi::c_void),
+        UserData(&seen as *const _ as *mut std::ffi::c_void),
     ))));
     let hook = conf::hook_for(&slot);
     let letter = crate::DeadLetter {

@@ -24,7 +24,7 @@ enum TxKind {
     /// Begun by `outbox_tx_begin` on a relay's pool; `None` once committed or rolled back.
     Owned {
         shared: Arc<Shared>,
-        tx: Option<super::owned_tx::OwnedTx>,
+        tx: Option<crate::host::owned_tx::OwnedTx>,
     },
     /// The consumer's transaction, lent to its handler callback for the callback's duration.
     Borrowed(*mut mysql::Transaction<'static>),
@@ -58,7 +58,7 @@ impl outbox_tx {
 
     /// The relay and the owned transaction, or an error for a consumer's transaction (which only
     /// the consumer ends).
-    fn owned(&mut self, what: &str) -> Result<(&Arc<Shared>, &mut Option<super::owned_tx::OwnedTx>), Failure> {
+    fn owned(&mut self, what: &str) -> Result<(&Arc<Shared>, &mut Option<crate::host::owned_tx::OwnedTx>), Failure> {
         match &mut self.kind {
             TxKind::Owned { shared, tx } => Ok((shared, tx)),
             TxKind::Borrowed(_) => Err(Failure::new(
@@ -86,7 +86,7 @@ pub unsafe extern "C" fn outbox_tx_begin(relay: *const outbox_relay, out_tx: *mu
     ffi_boundary!(nonnull(relay, out_tx) {
         let shared = (*relay).shared.clone();
         shared.check_running()?;
-        let tx = super::owned_tx::OwnedTx::begin(shared.relay.pool(), shared.relay.config())?;
+        let tx = crate::host::owned_tx::OwnedTx::begin(shared.relay.pool(), shared.relay.config())?;
         *out_tx = Box::into_raw(Box::new(outbox_tx {
             kind: TxKind::Owned { shared, tx: Some(tx) },
         }));

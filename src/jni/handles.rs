@@ -7,7 +7,7 @@ use std::sync::{Arc, LazyLock};
 
 use mysql::Transaction;
 
-use crate::ffi::owned_tx::OwnedTx;
+use crate::host::owned_tx::OwnedTx;
 use parking_lot::Mutex;
 
 use super::boundary::{Failure, JResult};

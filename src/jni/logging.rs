@@ -13,7 +13,7 @@ use ::jni::objects::{GlobalRef, JClass, JObject, JValue};
 use ::jni::{JNIEnv, JavaVM};
 
 use super::boundary::{JResult, PKG};
-use crate::ffi::logging::{set_sink, write_stderr, Sink};
+use crate::host::log_sink::{set_sink, write_stderr, Sink};
 
 struct JavaLog {
     vm: JavaVM,
@@ -73,5 +73,7 @@ pub(crate) fn install(env: &mut JNIEnv<'_>) -> JResult<()> {
     set_sink(Sink::Host(Arc::new(move |level, target, message| {
         java.deliver(level, target, message)
     })))
-    .map_err(|f| super::boundary::Failure::IllegalState(f.message))
+    .map_err(|_| {
+        super::boundary::Failure::IllegalState("the log sink cannot be changed from inside a log callback".into())
+    })
 }

@@ -640,7 +640,7 @@ pub extern "system" fn Java_io_outbox_Native_txBegin<'l>(
 ) -> jlong {
     guard(&mut env, 0, |_| {
         let relay = handles::relay(handle)?;
-        let tx = crate::ffi::owned_tx::OwnedTx::begin(relay.pool(), relay.config())?;
+        let tx = crate::host::owned_tx::OwnedTx::begin(relay.pool(), relay.config())?;
         Ok(handles::add_tx(relay, tx))
     })
 }

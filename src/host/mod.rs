@@ -1,0 +1,10 @@
+//! What the host boundaries share: the C ABI ([`crate::ffi`]) and the JNI glue (`crate::jni`)
+//! both import from here, never from each other.
+//!
+//! - [`owned_tx`]: a transaction that owns its pooled connection (the library-owned
+//!   transactions of C, Go and Java hosts);
+//! - [`log_sink`]: the library's logger and the sink its records go to (stderr, or a host's own
+//!   delivery).
+
+pub(crate) mod log_sink;
+pub(crate) mod owned_tx;
