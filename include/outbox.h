@@ -343,40 +343,6 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * The library version, a static NUL-terminated string such as `"0.1.0"`.
- *
- * Thread safety: safe from any thread.
- */
-const char *outbox_version(void);
-
-/**
- * A static, NUL-terminated English description of a result code; never NULL (an unknown code
- * yields "unknown result code").
- *
- * Thread safety: safe from any thread.
- */
-const char *outbox_result_str(int code);
-
-/**
- * Whether a call that failed with `code` may succeed if tried again later (a database or
- * broker hiccup) rather than being the caller's mistake. False for `OUTBOX_OK` and unknown
- * codes.
- *
- * Thread safety: safe from any thread.
- */
-bool outbox_result_is_retriable(int code);
-
-/**
- * Copies the message of the most recent failed call made *on this thread* into `buf` (see
- * `out_needed` conventions of `outbox_stats`). The message names what was wrong, e.g. the
- * database's own error text. It is only meaningful right after a call returned an error;
- * successful calls leave it as it was. A failure of this call itself does not replace it.
- *
- * Thread safety: safe from any thread; each thread has its own message.
- */
-enum outbox_result outbox_last_error(char *buf, size_t len, size_t *out_needed);
-
-/**
  * A new configuration with the library's defaults (`publisher` is `rocketmq`; set `db.url`).
  * Never NULL (except if the library panicked, which is a bug).
  *
@@ -500,6 +466,40 @@ enum outbox_result outbox_consumer_stop(struct outbox_consumer *consumer);
  * Thread safety: not concurrently with other calls on the same consumer.
  */
 void outbox_consumer_free(struct outbox_consumer *consumer);
+
+/**
+ * The library version, a static NUL-terminated string such as `"0.1.0"`.
+ *
+ * Thread safety: safe from any thread.
+ */
+const char *outbox_version(void);
+
+/**
+ * A static, NUL-terminated English description of a result code; never NULL (an unknown code
+ * yields "unknown result code").
+ *
+ * Thread safety: safe from any thread.
+ */
+const char *outbox_result_str(int code);
+
+/**
+ * Whether a call that failed with `code` may succeed if tried again later (a database or
+ * broker hiccup) rather than being the caller's mistake. False for `OUTBOX_OK` and unknown
+ * codes.
+ *
+ * Thread safety: safe from any thread.
+ */
+bool outbox_result_is_retriable(int code);
+
+/**
+ * Copies the message of the most recent failed call made *on this thread* into `buf` (see
+ * `out_needed` conventions of `outbox_stats`). The message names what was wrong, e.g. the
+ * database's own error text. It is only meaningful right after a call returned an error;
+ * successful calls leave it as it was. A failure of this call itself does not replace it.
+ *
+ * Thread safety: safe from any thread; each thread has its own message.
+ */
+enum outbox_result outbox_last_error(char *buf, size_t len, size_t *out_needed);
 
 /**
  * Routes the library's log records to `cb` (process-wide), or back to the default (one line

@@ -300,7 +300,7 @@ pub fn purge_processed(
 pub fn purge_statement(table: &str, older_than: Duration, batch: usize) -> Result<String> {
     let t = crate::config::table_name("inbox.table", table)?;
     if batch == 0 {
-        return Err(crate::ConfigError::invalid("inbox.retention.batch", 0, "must be at least 1").into());
+        return Err(crate::error::ConfigError::invalid("inbox.retention.batch", 0, "must be at least 1").into());
     }
     Ok(format!(
         "DELETE FROM {t} WHERE processed_at < NOW(3) - INTERVAL {us} MICROSECOND ORDER BY processed_at LIMIT {batch}",

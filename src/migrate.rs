@@ -171,7 +171,7 @@ pub fn migrate_table(pool: &Pool, table: &str) -> Result<MigrationReport> {
 /// Checks that the live table's columns can hold what this relay writes: `claim_owner` long
 /// enough for `owner` (when `relaying`), `payload` binary and large enough for
 /// `payload.max.bytes`. A table created by the seed's DDL and not migrated fails this.
-pub fn check_table_shape(pool: &Pool, config: &crate::Config, owner: &str, relaying: bool) -> Result<()> {
+pub fn check_table_shape(pool: &Pool, config: &crate::config::Config, owner: &str, relaying: bool) -> Result<()> {
     let table = crate::config::table_name("table", &config.table)?;
     let mut conn = pool.get_conn()?;
     // (name, COLUMN_TYPE, DATA_TYPE, length in characters, length in bytes)

@@ -62,7 +62,7 @@ impl QueueBook {
     }
 
     /// Fails with the database's message when the book's table is missing (migration V6).
-    pub fn check(&self) -> crate::Result<()> {
+    pub fn check(&self) -> crate::error::Result<()> {
         use mysql::prelude::Queryable;
         self.pool
             .get_conn()?
@@ -73,7 +73,7 @@ impl QueueBook {
     /// The stable queue set of `topic`, sorted, after adding the queues of `live` (the route as
     /// the client sees it now) that the book did not hold. Reads the database only when `live`
     /// holds a queue the cached set lacks, or nothing is cached yet.
-    pub fn queues(&self, topic: &str, live: &[QueueRef]) -> crate::Result<Vec<QueueRef>> {
+    pub fn queues(&self, topic: &str, live: &[QueueRef]) -> crate::error::Result<Vec<QueueRef>> {
         if let Some((at, known)) = self.cache.lock().get(topic) {
             if at.elapsed() < BOOK_TTL && live.iter().all(|q| known.binary_search(q).is_ok()) {
                 return Ok(known.clone());
@@ -101,10 +101,10 @@ impl QueueBook {
         self.cache.lock().clear();
     }
 
-    fn merge(&self, topic: &str, live: &[QueueRef]) -> crate::Result<Vec<QueueRef>> {
+    fn merge(&self, topic: &str, live: &[QueueRef]) -> crate::error::Result<Vec<QueueRef>> {
         use mysql::prelude::Queryable;
         let mut conn = self.pool.get_conn()?;
-        let read = |conn: &mut mysql::PooledConn| -> crate::Result<Vec<QueueRef>> {
+        let read = |conn: &mut mysql::PooledConn| -> crate::error::Result<Vec<QueueRef>> {
             let rows: Vec<(String, u32)> = conn.exec(
                 "SELECT broker_name, queue_id FROM outbox_topic_queue WHERE topic = ? ORDER BY broker_name, queue_id",
                 (topic,),

@@ -4,7 +4,7 @@
 //! text) use the text protocol with integers inlined and strings as hex literals: one round trip,
 //! nothing interpolated unchecked, and no prepared-statement cache churn from `IN (...)` lists of
 //! varying length. Both halves build their statements with these: the relay's in
-//! [`crate::store`], the consumer's in [`crate::inbox`] and [`crate::consumer::dead_letter`].
+//! `store.rs`, the consumer's in `inbox.rs` and `consumer/dead_letter.rs`.
 
 use std::fmt::Write as _;
 

@@ -29,7 +29,7 @@ const MAX_ERROR_CHARS: usize = 1000;
 /// `biz_no, event_type, payload, topic, tag, headers` (topic, tag and headers may be NULL;
 /// headers is a JSON object of strings). Status and times are set by the database. The table
 /// name is checked like the `table` key, since it goes into the SQL text.
-pub fn insert_statement(table: &str) -> std::result::Result<String, crate::ConfigError> {
+pub fn insert_statement(table: &str) -> std::result::Result<String, crate::error::ConfigError> {
     let table = crate::config::table_name("table", table)?;
     Ok(format!(
         "INSERT INTO {table} (biz_no, event_type, payload, topic, tag, headers, status, retry_count, next_retry_time) \

@@ -345,7 +345,7 @@ impl Config {
         self.service_name.chars().count() + 1 + port + 1 + 6
     }
 
-    /// Checks the values against each other. [`crate::Relay::start`] calls it.
+    /// Checks the values against each other. The relay calls it at start.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self.problems().into_iter().next() {
             Some(e) => Err(e),

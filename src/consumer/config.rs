@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
-use super::dead_letter;
 use crate::error::Result;
+
+/// The consumer dead-letter table's default name (the one
+/// `migrations/V10__create_outbox_inbox_dead_letter.sql` creates).
+pub const DEFAULT_DEAD_LETTER_TABLE: &str = "outbox_inbox_dead_letter";
 
 /// How a consumer runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +44,7 @@ impl ConsumerConfig {
         ConsumerConfig {
             group: group.to_string(),
             inbox_table: crate::inbox::DEFAULT_TABLE.into(),
-            dead_letter_table: dead_letter::DEFAULT_TABLE.into(),
+            dead_letter_table: DEFAULT_DEAD_LETTER_TABLE.into(),
             threads: 4,
             max_attempts: 5,
             backoff_initial: Duration::from_millis(200),
@@ -61,7 +64,7 @@ impl ConsumerConfig {
         crate::config::table_name("inbox.table", &self.inbox_table)?;
         crate::config::table_name("inbox.dead_letter.table", &self.dead_letter_table)?;
         let bad = |key: &str, value: String, reason: &str| -> Result<()> {
-            Err(crate::ConfigError::invalid(key, value, reason).into())
+            Err(crate::error::ConfigError::invalid(key, value, reason).into())
         };
         if self.threads == 0 || self.threads > 256 {
             return bad("consumer.threads", self.threads.to_string(), "must be 1 to 256");

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::sql::{bytes_lit, lit, opt_lit};
 
 /// The default table name (the one `migrations/V10__create_outbox_inbox_dead_letter.sql` creates).
-pub const DEFAULT_TABLE: &str = "outbox_inbox_dead_letter";
+pub use super::config::DEFAULT_DEAD_LETTER_TABLE as DEFAULT_TABLE;
 
 /// Status of a parked message.
 pub const DEAD: &str = "DEAD";

@@ -9,7 +9,7 @@
 //! [`ConsumerConfig`] in `config.rs`; [`ConsumerStats`] in `stats.rs`; the [`Consumer`] with its
 //! poller and handler threads in `runtime.rs`; one message's transaction, retries and parking in
 //! `handle.rs`; dead-letter replay and mark retention in `replay.rs`; the dead-letter table's
-//! statements in [`dead_letter`].
+//! statements in `dead_letter.rs`.
 //!
 //! Threads (blocking, like the relay):
 //! - the **poller** takes messages from the source and hands each to the handler thread of its

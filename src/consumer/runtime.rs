@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use super::handle::{handle_message, Done};
 use super::replay::replay_loop;
 use super::shared::Inner;
-use super::stats::{stats_of, Counters};
+use super::stats::Counters;
 use super::{ConsumerConfig, ConsumerStats, Handler, KeySource, Message, QueueRef, Source};
 use crate::error::{Error, Result};
 use crate::inbox::Inbox;
@@ -106,7 +106,7 @@ impl Consumer {
     }
 
     pub fn stats(&self) -> ConsumerStats {
-        stats_of(&self.inner)
+        self.inner.counters.snapshot()
     }
 
     /// Stops taking messages, lets each handler thread finish the message in hand (the others
@@ -114,7 +114,7 @@ impl Consumer {
     /// and leaves the group. Returns the final counters.
     pub fn stop(mut self) -> ConsumerStats {
         self.shutdown();
-        stats_of(&self.inner)
+        self.inner.counters.snapshot()
     }
 
     fn shutdown(&mut self) {
@@ -128,7 +128,7 @@ impl Consumer {
         }
         flush_offsets(&self.inner, true);
         self.inner.source.shutdown();
-        let s = stats_of(&self.inner);
+        let s = self.inner.counters.snapshot();
         log::info!(
             "consumer {} stopped: {} received, {} processed, {} duplicates, {} dead-lettered",
             self.inner.config.group,

@@ -3,8 +3,6 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
-use super::shared::Inner;
-
 /// Counters of a running consumer (totals since start), and its lag.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConsumerStats {
@@ -121,20 +119,22 @@ pub(super) struct Counters {
     pub(super) lag: AtomicI64,
 }
 
-pub(super) fn stats_of(inner: &Inner) -> ConsumerStats {
-    let c = &inner.counters;
-    let received = c.received.load(Relaxed);
-    let lag = c.lag.load(Relaxed);
-    ConsumerStats {
-        received,
-        processed: c.processed.load(Relaxed),
-        duplicates: c.duplicates.load(Relaxed),
-        failed_attempts: c.failed_attempts.load(Relaxed),
-        dead_lettered: c.dead_lettered.load(Relaxed),
-        replayed: c.replayed.load(Relaxed),
-        db_errors: c.db_errors.load(Relaxed),
-        fallback_keys: c.fallback_keys.load(Relaxed),
-        in_flight: received.saturating_sub(c.done.load(Relaxed)),
-        lag: u64::try_from(lag).ok(),
+impl Counters {
+    /// The counters as [`ConsumerStats`] (lag as last read from the source).
+    pub(super) fn snapshot(&self) -> ConsumerStats {
+        let received = self.received.load(Relaxed);
+        let lag = self.lag.load(Relaxed);
+        ConsumerStats {
+            received,
+            processed: self.processed.load(Relaxed),
+            duplicates: self.duplicates.load(Relaxed),
+            failed_attempts: self.failed_attempts.load(Relaxed),
+            dead_lettered: self.dead_lettered.load(Relaxed),
+            replayed: self.replayed.load(Relaxed),
+            db_errors: self.db_errors.load(Relaxed),
+            fallback_keys: self.fallback_keys.load(Relaxed),
+            in_flight: received.saturating_sub(self.done.load(Relaxed)),
+            lag: u64::try_from(lag).ok(),
+        }
     }
 }

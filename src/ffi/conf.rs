@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::{arg_str, ffi_boundary, with_errstr, Failure, UserData};
-use crate::ffi::outbox_result;
+use super::boundary::{arg_str, ffi_boundary, with_errstr, Failure, UserData};
+use super::result::outbox_result;
 
 /// A relay configuration being built: the keys of the Rust `Config` (`db.url`, `table`,
 /// `publisher`, `scan.interval.ms`, ...), set as strings. Create it with `outbox_conf_new`,

@@ -4,10 +4,11 @@
 
 use std::ffi::{c_char, c_int, c_void, CString};
 
-use super::UserData;
-use super::{arg_str, ffi_boundary, outbox_conf, outbox_tx, with_errstr, write_string_out, Failure};
+use super::boundary::{arg_str, ffi_boundary, with_errstr, write_string_out, Failure, UserData};
+use super::conf::outbox_conf;
+use super::result::outbox_result::{self, *};
+use super::tx::outbox_tx;
 use crate::consumer::{Consumer, Message};
-use crate::ffi::outbox_result::{self, *};
 use crate::inbox::{Inbox, MessageMeta};
 
 /// Marks `event_key` as processed by `consumer_group` inside `tx` (claim first: call it before

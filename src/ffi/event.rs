@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::ffi::c_char;
 
-use super::{arg_opt_str, arg_slice, arg_str, Failure};
-use crate::ffi::outbox_result::*;
+use super::boundary::{arg_opt_str, arg_slice, arg_str, Failure};
+use super::result::outbox_result::*;
 
 /// One message property of an event.
 #[repr(C)]

@@ -9,7 +9,9 @@ use std::ptr::{null, null_mut};
 
 use proptest::prelude::*;
 
+use super::boundary::*;
 use super::event::{outbox_event, outbox_header, outbox_param, to_new_event, to_params};
+use super::result::outbox_result::*;
 use super::*;
 use crate::config::KEYS;
 use crate::error::ConfigError;

@@ -5,8 +5,8 @@
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::Arc;
 
-use super::{ffi_boundary, Failure, UserData};
-use crate::ffi::outbox_result;
+use super::boundary::{ffi_boundary, Failure, UserData};
+use super::result::outbox_result;
 use crate::host::log_sink::{install, set_sink, Sink};
 
 /// Severity of a log record, and the threshold of `outbox_set_log_level`. The values are

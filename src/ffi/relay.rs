@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 
+use super::boundary::{ffi_boundary, with_errstr, write_string_out, Failure};
+use super::conf::outbox_conf;
 use super::conf::{hook_for, HookSlot};
-use super::{ffi_boundary, outbox_conf, outbox_event, with_errstr, write_string_out, Failure};
-use crate::ffi::outbox_result::{self, *};
+use super::event::outbox_event;
+use super::result::outbox_result::{self, *};
 
 /// What a relay handle and its transactions share. Transactions keep it (and so the pool)
 /// alive after `outbox_free`, so a tx may be finished or freed in any order.

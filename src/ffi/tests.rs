@@ -1,8 +1,10 @@
 //! The boundary itself, without a database: NULL, bad UTF-8, panics, buffers, codes.
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, c_int, CStr};
 use std::ptr::{null, null_mut};
 
+use super::boundary::*;
+use super::result::outbox_result::*;
 use super::*;
 
 fn last_error() -> String {

@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use mysql::prelude::Queryable;
 
+use super::boundary::{arg_str, ffi_boundary, Failure};
+use super::event::{outbox_event, outbox_param};
+use super::relay::outbox_relay;
 use super::relay::Shared;
-use super::{arg_str, ffi_boundary, outbox_event, outbox_param, outbox_relay, Failure};
-use crate::ffi::outbox_result::{self, *};
+use super::result::outbox_result::{self, *};
 
 /// A database transaction owned by the library, holding one connection of the relay's pool.
 /// Begun by `outbox_tx_begin`, ended by `outbox_tx_commit` or `outbox_tx_rollback`, always

@@ -1,4 +1,4 @@
-//! What the host boundaries share: the C ABI ([`crate::ffi`]) and the JNI glue (`crate::jni`)
+//! What the host boundaries share: the C ABI (`src/ffi`) and the JNI glue (`src/jni`)
 //! both import from here, never from each other.
 //!
 //! - [`owned_tx`]: a transaction that owns its pooled connection (the library-owned

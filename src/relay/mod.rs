@@ -12,6 +12,7 @@
 //! the leases of chunks in flight); this file holds the public [`Relay`], its builder, and its
 //! start and stop.
 
+mod hooks;
 mod reclaimer;
 mod retention;
 mod scanner;
@@ -36,30 +37,12 @@ use crate::event::{EventId, NewEvent};
 use crate::publisher::{OutboundEvent, Publisher, SendError, SendOutcome};
 use crate::stats::{Counters, Stats};
 use crate::store::{DeadLetter, Store};
+pub use hooks::{DeadLetterHook, Delivery, LatencyHook};
 use reclaimer::reclaimer_loop;
 use retention::retention_loop;
 use scanner::scanner_loop;
 use shared::{Chunk, Inner};
 use worker::worker_loop;
-
-/// Called once per dead-lettered event, for alerting. Runs on a relay thread; keep it short.
-pub type DeadLetterHook = Arc<dyn Fn(&DeadLetter) + Send + Sync>;
-
-/// Called once per acked event with its [`Delivery`] times. Runs on a worker thread; keep it short.
-pub type LatencyHook = Arc<dyn Fn(&Delivery) + Send + Sync>;
-
-/// How long an acked event took, from its commit: measured from the row's `create_time` (DB
-/// clock; the INSERT, a little before the commit, so the figures err on the long side) to the
-/// claim, plus this instance's own clock from the claim on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Delivery {
-    /// Commit to the broker's acknowledgement of the send.
-    pub to_broker: Duration,
-    /// Commit to the row marked SUCCESS.
-    pub to_success: Duration,
-    /// How long this instance held the row SENDING (claim to SUCCESS).
-    pub held: Duration,
-}
 
 /// What [`Relay::stop`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

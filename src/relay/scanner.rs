@@ -1,7 +1,7 @@
 //! The scanner thread: claims due rows in batches (`claim.strategy`, or by key runs with
 //! `ordering = per-biz-no`) while capacity and the circuit breaker allow, walks a draining
 //! backlog from where its last full round ended, and splits each round into chunks of one topic
-//! (ordered: one queue) for the workers. Woken at once by [`super::Relay::notify`] (the fast
+//! (ordered: one queue) for the workers. Woken at once by `Relay::notify` (the fast
 //! path) and by workers that free capacity; otherwise it scans every `scan.interval.ms`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender};
 use parking_lot::Mutex;
 
-use super::{DeadLetterHook, LatencyHook};
+use super::hooks::{DeadLetterHook, LatencyHook};
 use crate::breaker::Breaker;
 use crate::config::Config;
 use crate::error::Result;

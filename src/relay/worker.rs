@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use super::hooks::Delivery;
 use super::shared::{dead_lettered, finish, ids_of, lease_end, release_chunk_unsent, with_db_retry, Chunk, Inner};
-use super::Delivery;
 use crate::breaker::Transition;
 use crate::error::panic_message;
 use crate::event::{EventId, OutboundEvent};

@@ -1,5 +1,5 @@
 //! The RocketMQ adapter (cargo feature `rocketmq`), on `rocketmq-client-rust` 1.0: the relay's
-//! [`Publisher`](crate::Publisher) and the consumer runtime's [`Source`](crate::consumer::Source).
+//! [`Publisher`](crate::publisher::Publisher) and the consumer runtime's [`Source`](crate::consumer::Source).
 //!
 //! The client is async; the core is blocking. Each side owns a small Tokio runtime of its own
 //! ([`runtime`]) and blocks on it. One file per concern:
@@ -9,7 +9,7 @@
 //! - [`ordered`]: ordered sends (`ordering = per-biz-no`): each key's run to its queue, in order;
 //! - [`routes`]: topic routes, the ordered topics' cached queues, and what a missing route means;
 //! - [`message`]: an event as a message (key, tag, properties) and a send result as outcomes;
-//! - [`classify`]: client errors as [`FailureKind`](crate::FailureKind)s, and their descriptions;
+//! - [`classify`]: client errors as [`FailureKind`](crate::publisher::FailureKind)s, and their descriptions;
 //! - [`source`]: [`RocketMqSource`], the lite pull consumer the consumer runtime reads from;
 //! - [`testing`]: a reader of a whole topic, for tests, the demo and the fault suite.
 //!

@@ -18,13 +18,12 @@ use rocketmq_runtime::RuntimeOwner;
 
 use super::classify::{describe, to_send_error, NO_ROUTE};
 use super::message::{batch_outcomes, build_message, message_size, single_result};
-use super::routes::Routes;
 use super::runtime::{block_on_bounded, client_runtime, millis, SHUTDOWN_STEP};
 use crate::config::{Config, TagSource};
 use crate::error::{Error, Result};
 use crate::event::OutboundEvent;
 use crate::publisher::{FailureKind, Publisher, SendError, SendOutcome};
-use crate::queues::{queue_index, QueueBook};
+use crate::queues::{queue_index, QueueBook, QueueRef};
 
 /// Largest encoded size of one broker batch. The broker refuses a request whose body exceeds its
 /// `maxMessageSize` (4 MiB by default); a batch is one request, so batches stay well below it.
@@ -32,6 +31,9 @@ pub const BATCH_MAX_BYTES: usize = 1024 * 1024;
 
 /// A send is not started with less budget than this left; the event is returned unsent.
 pub(super) const MIN_SEND_BUDGET: Duration = Duration::from_millis(5);
+
+/// Ordered topics' routes: the queues as last fetched, and when.
+pub(super) type Routes = HashMap<String, (Instant, Vec<QueueRef>)>;
 
 pub(super) struct Live {
     pub(super) owner: RuntimeOwner,

@@ -29,9 +29,6 @@ const ROUTE_TTL: Duration = Duration::from_secs(3);
 /// queues buy consumer parallelism with more requests per event at low load (docs/ordering.md).
 const ORDERED_TOPIC_QUEUES: i32 = 4;
 
-/// Ordered topics' routes: the queues as last fetched, and when.
-pub(super) type Routes = HashMap<String, (Instant, Vec<QueueRef>)>;
-
 impl RocketMqPublisher {
     /// The queues of `topic`'s route now (cached for [`ROUTE_TTL`]). A topic without a route is
     /// created on the brokers that create topics on first use, as a first send would.

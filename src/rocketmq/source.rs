@@ -77,7 +77,7 @@ impl RocketMqSource {
     pub fn start(config: &SourceConfig) -> Result<RocketMqSource> {
         crate::inbox::check_group(&config.group)?;
         if config.topic.is_empty() {
-            return Err(crate::ConfigError::invalid("consumer.topic", "", "must not be empty").into());
+            return Err(crate::error::ConfigError::invalid("consumer.topic", "", "must not be empty").into());
         }
         let (owner, telemetry, client_runtime) =
             client_runtime("outbox-consumer", "outbox-consumer-client").map_err(|(what, e)| source_error(what, e))?;
