@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::parse::{
     boolean, choice, fraction, int, millis, namesrv, optional, printable, redact_url, table_name, topic,
 };
-use super::*;
+use super::typed::*;
+use crate::error::ConfigError;
 
 /// One configuration key: its name and what it means. Defaults come from [`Config::default`].
 #[derive(Debug, Clone, Copy)]

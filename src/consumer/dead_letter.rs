@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use mysql::prelude::Queryable;
 use mysql::{Pool, Row, Transaction};
 
-use super::{Message, QueueRef};
+use super::message::{KeySource, Message, QueueRef};
 use crate::error::{Error, Result};
 use crate::sql::{bytes_lit, lit, opt_lit};
 
@@ -211,7 +211,7 @@ pub(crate) fn take_replay(tx: &mut Transaction<'_>, table: &str, group: &str) ->
         offset: r.take::<Option<u64>, _>(5).flatten().unwrap_or_default(),
         msg_id: r.take(6).unwrap_or_default(),
         key: String::from_utf8_lossy(&key).into_owned(),
-        key_source: super::KeySource::EventKey,
+        key_source: KeySource::EventKey,
         tag: r.take(7).unwrap_or_default(),
         properties,
         body: r.take(9).unwrap_or_default(),

@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use mysql::{Transaction, TxOpts};
 
 use super::dead_letter;
+use super::handler::HandlerError;
+use super::message::Message;
 use super::shared::Inner;
-use super::{HandlerError, Message};
 use crate::error::{Error, Result};
 
 /// What became of a message in a handler thread.

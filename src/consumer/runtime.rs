@@ -14,11 +14,15 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use mysql::Pool;
 use parking_lot::Mutex;
 
+use super::config::ConsumerConfig;
 use super::handle::{handle_message, Done};
+use super::handler::Handler;
+use super::message::{KeySource, Message, QueueRef};
 use super::replay::replay_loop;
 use super::shared::Inner;
+use super::source::Source;
+use super::stats::ConsumerStats;
 use super::stats::Counters;
-use super::{ConsumerConfig, ConsumerStats, Handler, KeySource, Message, QueueRef, Source};
 use crate::error::{Error, Result};
 use crate::inbox::Inbox;
 

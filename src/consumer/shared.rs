@@ -10,8 +10,11 @@ use crossbeam_channel::Receiver;
 use mysql::Pool;
 use parking_lot::Mutex;
 
+use super::config::ConsumerConfig;
+use super::handler::Handler;
+use super::message::QueueRef;
+use super::source::Source;
 use super::stats::Counters;
-use super::{ConsumerConfig, Handler, QueueRef, Source};
 use crate::inbox::Inbox;
 
 pub(super) struct Inner {

@@ -1,0 +1,477 @@
+//! The typed configuration: [`Config`] and the enums of its values, the project's defaults, the
+//! seed-compatible profile, and the checks of values against each other.
+
+use std::time::Duration;
+
+use super::parse::{table_name, topic};
+use crate::error::ConfigError;
+
+/// How a scanner takes ownership of rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimStrategy {
+    /// One short transaction: `SELECT ... FOR UPDATE SKIP LOCKED LIMIT n`, one UPDATE of the
+    /// batch to SENDING, commit. Instances never wait on each other's rows.
+    SkipLocked,
+    /// The seed's way: a lock-free candidate SELECT, then one conditional UPDATE per row; the
+    /// affected-row count decides who owns the row.
+    PerRow,
+}
+
+/// How the delay before a retry grows with the attempt number `n` (1 for the first retry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackoffPolicy {
+    /// `base`
+    Fixed,
+    /// `n² · base` (the seed: 5 s, 20 s, 45 s)
+    Quadratic,
+    /// `2^(n-1) · base`
+    Exponential,
+}
+
+/// Retry delay: policy, base, cap and jitter. Computed by the database from the row's own
+/// `retry_count`, so it follows the DB clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    pub policy: BackoffPolicy,
+    pub base: Duration,
+    /// Upper bound of any delay.
+    pub max: Duration,
+    /// Fraction in `[0, 1]`: each delay is reduced by a random share of up to this much.
+    pub jitter: f64,
+}
+
+impl Backoff {
+    /// The delay before attempt `n + 1`, given that `n >= 1` attempts have failed, without jitter.
+    /// (The relay computes the same thing in SQL; this is for logs, docs and tests.)
+    pub fn delay(&self, n: u32) -> Duration {
+        let n = n.max(1) as u64;
+        let base = self.base.as_millis() as u64;
+        let ms = match self.policy {
+            BackoffPolicy::Fixed => base,
+            BackoffPolicy::Quadratic => base.saturating_mul(n * n),
+            BackoffPolicy::Exponential => base.saturating_mul(1u64.checked_shl((n - 1) as u32).unwrap_or(u64::MAX)),
+        };
+        Duration::from_millis(ms.min(self.max.as_millis() as u64))
+    }
+}
+
+/// Delivery order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ordering {
+    /// No order between events; maximum parallelism.
+    None,
+    /// Events of one `biz_no` go to one queue, one at a time, in commit order.
+    PerBizNo,
+}
+
+/// What `ordering = per-biz-no` does when the head event of a key is dead-lettered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadHeadPolicy {
+    /// Later events of the key go on (the dead letter is replayed by hand, out of order).
+    Skip,
+    /// Later events of the key wait until the dead letter is replayed or discarded.
+    Block,
+}
+
+/// A named starting point for the settings; keys set after it override its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The project's defaults ([`Config::default`]).
+    Default,
+    /// The seed's settings ([`Config::seed_compatible`]).
+    Seed,
+}
+
+/// The keys a [`Profile`] sets.
+const PROFILE_KEYS: &[&str] = &[
+    "claim.strategy",
+    "batch.size",
+    "scan.interval.ms",
+    "scan.drain",
+    "reclaim.interval.ms",
+    "lease.ms",
+    "lease.renew.fraction",
+    "max.retry",
+    "backoff.policy",
+    "backoff.base.ms",
+    "backoff.max.ms",
+    "backoff.jitter",
+    "workers",
+    "publish.batch.max",
+    "max.in.flight",
+    "topic",
+];
+
+/// The keys given a value with [`Config::set`], which a profile leaves as they are. Bookkeeping
+/// only: two configurations with the same values are equal whichever keys were set.
+#[derive(Debug, Clone, Default)]
+pub struct ExplicitKeys(pub(crate) std::collections::BTreeSet<&'static str>);
+
+impl PartialEq for ExplicitKeys {
+    fn eq(&self, _: &ExplicitKeys) -> bool {
+        true
+    }
+}
+
+/// Length of the `claim_owner` column of a table created (or upgraded) by the migrations: the
+/// longest instance id the relay can store.
+pub const CLAIM_OWNER_MAX_CHARS: usize = 128;
+
+/// Which broker the relay publishes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublisherKind {
+    /// Apache RocketMQ (feature `rocketmq`).
+    RocketMq,
+    /// No relaying in this process: enqueue only (another instance or `outboxd` relays).
+    None,
+}
+
+/// Settings of the RocketMQ publisher (feature `rocketmq`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RocketMqConfig {
+    /// Name server address(es), `host:port;host:port`.
+    pub namesrv: String,
+    pub producer_group: String,
+    /// Retries inside the client for one send (all within the send timeout).
+    pub retries: u32,
+    pub access_key: Option<String>,
+    pub secret_key: Option<String>,
+    /// Where the message tag comes from when the row has none.
+    pub tag_source: TagSource,
+}
+
+/// Where a message's tag comes from when the row sets none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagSource {
+    /// The row's event type.
+    EventType,
+    /// No tag.
+    None,
+}
+
+/// The whole configuration of one relay instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The profile the settings started from (the values it sets may have been overridden since).
+    pub profile: Profile,
+    /// `mysql://user:pass@host:port/db`. Required.
+    pub db_url: String,
+    /// How long `outboxd run` keeps retrying a database it cannot reach at start (0 = fail at once).
+    pub startup_db_wait: Duration,
+    /// Largest number of connections the relay opens.
+    pub db_pool_max: usize,
+    /// The outbox table (identifier characters only).
+    pub table: String,
+    /// Instance id stored in `claim_owner`; `None` derives `<service>-<port or pid>-<random6>`.
+    pub instance_id: Option<String>,
+    pub service_name: String,
+    pub service_port: Option<u16>,
+    pub claim_strategy: ClaimStrategy,
+    /// Most rows claimed by one scan round.
+    pub batch_size: usize,
+    /// Delay between scan rounds (fixed delay; rounds never overlap).
+    pub scan_interval: Duration,
+    /// Scan again at once when a round claimed a full batch (a backlog is waiting).
+    pub scan_drain: bool,
+    pub reclaim_interval: Duration,
+    /// How long a claim is valid without renewal.
+    pub lease: Duration,
+    /// Renew the lease of a send in flight longer than this fraction of the lease (0 = never).
+    pub lease_renew_fraction: f64,
+    /// Attempts after the first before a row is dead-lettered (the seed: 3).
+    pub max_retry: u32,
+    pub backoff: Backoff,
+    pub workers: usize,
+    /// Most events handed to one `Publisher::publish` call.
+    pub publish_batch_max: usize,
+    /// Most claimed events held by this instance at once (backpressure on the scanner).
+    pub max_in_flight: usize,
+    /// Budget of one publish call. Must be well below the lease.
+    pub send_timeout: Duration,
+    pub payload_max_bytes: usize,
+    /// Topic of rows whose `topic` column is NULL.
+    pub topic: String,
+    /// Consecutive broker-wide failures (or timeouts) that open the circuit breaker.
+    pub breaker_failure_threshold: u32,
+    /// How long the breaker stays open before one probe event is tried.
+    pub breaker_open: Duration,
+    pub ordering: Ordering,
+    pub ordering_dead_head: DeadHeadPolicy,
+    pub publisher: PublisherKind,
+    pub rocketmq: RocketMqConfig,
+    /// Delete SUCCESS (and DISCARDED) rows older than this; `None` keeps them.
+    pub retention_age: Option<Duration>,
+    /// Rows deleted per statement by the retention job.
+    pub retention_batch: usize,
+    pub retention_interval: Duration,
+    /// Longest a retention round may run before it yields until the next interval.
+    pub retention_round_max: Duration,
+    /// `host:port` of the daemon's metrics endpoint; `None` = off.
+    pub metrics_listen: Option<String>,
+    /// Keys set with [`Config::set`] (a profile applied later keeps their values).
+    pub explicit: ExplicitKeys,
+    /// Process-wide log threshold applied when a relay opens (`log.level`); `None` leaves it.
+    pub log_level: Option<log::LevelFilter>,
+    /// How long `outbox_tx_begin` (and the bindings' `begin`) waits for a free pool connection
+    /// (`db.pool.wait.ms`); `None` waits as long as it takes.
+    pub db_pool_wait: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            profile: Profile::Default,
+            db_url: String::new(),
+            startup_db_wait: Duration::from_secs(300),
+            db_pool_max: 8,
+            table: "t_event_record".into(),
+            instance_id: None,
+            service_name: "outbox".into(),
+            service_port: None,
+            claim_strategy: ClaimStrategy::SkipLocked,
+            batch_size: 500,
+            scan_interval: Duration::from_millis(1000),
+            scan_drain: true,
+            reclaim_interval: Duration::from_secs(10),
+            lease: Duration::from_secs(120),
+            lease_renew_fraction: 0.5,
+            max_retry: 5,
+            backoff: Backoff {
+                policy: BackoffPolicy::Quadratic,
+                base: Duration::from_secs(5),
+                max: Duration::from_secs(600),
+                jitter: 0.0,
+            },
+            workers: 4,
+            publish_batch_max: 128,
+            max_in_flight: 1000,
+            send_timeout: Duration::from_secs(3),
+            payload_max_bytes: 4 * 1024 * 1024,
+            topic: "ORDER_EVENT_TOPIC".into(),
+            breaker_failure_threshold: 5,
+            breaker_open: Duration::from_secs(5),
+            ordering: Ordering::None,
+            ordering_dead_head: DeadHeadPolicy::Skip,
+            publisher: PublisherKind::RocketMq,
+            rocketmq: RocketMqConfig {
+                namesrv: "127.0.0.1:9876".into(),
+                producer_group: "outbox_producer".into(),
+                retries: 0,
+                access_key: None,
+                secret_key: None,
+                tag_source: TagSource::EventType,
+            },
+            retention_age: None,
+            retention_batch: 500,
+            retention_interval: Duration::from_secs(60),
+            retention_round_max: Duration::from_secs(2),
+            metrics_listen: None,
+            explicit: ExplicitKeys::default(),
+            log_level: None,
+            db_pool_wait: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+impl Config {
+    /// The project's defaults with a database URL.
+    pub fn new(db_url: impl Into<String>) -> Self {
+        Config {
+            db_url: db_url.into(),
+            ..Config::default()
+        }
+    }
+
+    /// The seed's settings: batch 20, scan every 5 s without draining, reclaim every 60 s,
+    /// lease 10 min, max retry 3, `n² · 5 s`, per-row claims, one sequential sender.
+    pub fn seed_compatible(db_url: impl Into<String>) -> Self {
+        let mut c = Config::new(db_url);
+        c.apply_profile(Profile::Seed);
+        c
+    }
+
+    /// The values of a profile, on top of the defaults.
+    fn profile_values(profile: Profile) -> Config {
+        let mut c = Config::default();
+        if profile == Profile::Seed {
+            c.claim_strategy = ClaimStrategy::PerRow;
+            c.batch_size = 20;
+            c.scan_interval = Duration::from_secs(5);
+            c.scan_drain = false;
+            c.reclaim_interval = Duration::from_secs(60);
+            c.lease = Duration::from_secs(600);
+            c.lease_renew_fraction = 0.0;
+            c.max_retry = 3;
+            c.backoff = Backoff {
+                policy: BackoffPolicy::Quadratic,
+                base: Duration::from_secs(5),
+                max: Duration::from_secs(3600),
+                jitter: 0.0,
+            };
+            c.workers = 1;
+            c.publish_batch_max = 1;
+            c.max_in_flight = 20;
+            c.topic = "ORDER_EVENT_TOPIC".into();
+        }
+        c
+    }
+
+    /// Sets every value a profile defines, except the keys already given a value with
+    /// [`Config::set`]: those win whatever order the keys come in (a TOML file, a Go map, Java
+    /// properties).
+    pub fn apply_profile(&mut self, profile: Profile) {
+        let target = Config::profile_values(profile);
+        for key in PROFILE_KEYS {
+            if !self.explicit.0.contains(key) {
+                let v = target.get(key).expect("a profile key");
+                self.set_value(key, &v).expect("a profile's values are valid");
+            }
+        }
+        self.profile = profile;
+    }
+
+    /// The longest instance id derived from `service.name` and `service.port` can be (the
+    /// process id, up to 10 digits, stands in for an unset port).
+    pub fn longest_derived_instance_id(&self) -> usize {
+        let port = self.service_port.map(|p| p.to_string().len()).unwrap_or(10);
+        self.service_name.chars().count() + 1 + port + 1 + 6
+    }
+
+    /// Checks the values against each other. The relay calls it at start.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self.problems().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every whole-configuration problem [`Config::validate`] checks, all at once (the daemon
+    /// reports them together).
+    pub fn problems(&self) -> Vec<ConfigError> {
+        let mut out = Vec::new();
+        if self.db_url.trim().is_empty() {
+            out.push(ConfigError::invalid("db.url", "", "is required"));
+        }
+        // The fields are public: check what goes into SQL text even when it was not set by `set`.
+        if let Err(e) = table_name("table", &self.table) {
+            out.push(e);
+        }
+        if let Err(e) = topic("topic", &self.topic) {
+            out.push(e);
+        }
+        // The instance id goes into claim_owner (VARCHAR(128)); one that does not fit would make
+        // every claim fail.
+        match &self.instance_id {
+            Some(id) if id.chars().count() > CLAIM_OWNER_MAX_CHARS => out.push(ConfigError::invalid(
+                "instance.id",
+                id,
+                format!(
+                    "is {} characters; claim_owner holds at most {CLAIM_OWNER_MAX_CHARS}",
+                    id.chars().count()
+                ),
+            )),
+            Some(_) => {}
+            None if self.longest_derived_instance_id() > CLAIM_OWNER_MAX_CHARS => out.push(ConfigError::invalid(
+                "service.name",
+                &self.service_name,
+                format!(
+                    "is {} characters: the derived instance id <service.name>-<port or pid>-<6 hex> \
+                         could be {} characters, and claim_owner holds at most {CLAIM_OWNER_MAX_CHARS}; \
+                         use at most {} characters or set instance.id",
+                    self.service_name.chars().count(),
+                    self.longest_derived_instance_id(),
+                    CLAIM_OWNER_MAX_CHARS - (self.longest_derived_instance_id() - self.service_name.chars().count())
+                ),
+            )),
+            None => {}
+        }
+        if self.send_timeout * 4 > self.lease {
+            out.push(ConfigError::Inconsistent {
+                keys: vec!["send.timeout.ms".into(), "lease.ms".into()],
+                reason: format!(
+                    "send.timeout.ms = {} must be at most a quarter of lease.ms = {} so that a send ends long before its lease",
+                    self.send_timeout.as_millis(),
+                    self.lease.as_millis()
+                ),
+            });
+        }
+        if self.backoff.max < self.backoff.base {
+            out.push(ConfigError::Inconsistent {
+                keys: vec!["backoff.base.ms".into(), "backoff.max.ms".into()],
+                reason: format!(
+                    "backoff.max.ms = {} is below backoff.base.ms = {}",
+                    self.backoff.max.as_millis(),
+                    self.backoff.base.as_millis()
+                ),
+            });
+        }
+        if self.rocketmq.access_key.is_some() != self.rocketmq.secret_key.is_some() {
+            out.push(ConfigError::Inconsistent {
+                keys: vec!["rocketmq.access.key".into(), "rocketmq.secret.key".into()],
+                reason: "set both or neither".into(),
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse::redact_url;
+    use super::*;
+
+    #[test]
+    fn send_timeout_must_be_well_under_the_lease() {
+        let mut c = Config::new("mysql://root@127.0.0.1/test");
+        c.set("lease.ms", "1000").unwrap();
+        c.set("send.timeout.ms", "500").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("send.timeout.ms") && e.contains("lease.ms"), "{e}");
+        c.set("send.timeout.ms", "250").unwrap();
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn seed_profile_has_the_seed_values() {
+        let c = Config::seed_compatible("mysql://root@127.0.0.1/test");
+        assert_eq!(c.batch_size, 20);
+        assert_eq!(c.scan_interval, Duration::from_secs(5));
+        assert_eq!(c.reclaim_interval, Duration::from_secs(60));
+        assert_eq!(c.lease, Duration::from_secs(600));
+        assert_eq!(c.max_retry, 3);
+        assert_eq!(c.claim_strategy, ClaimStrategy::PerRow);
+        let delays: Vec<u64> = (1..=3).map(|n| c.backoff.delay(n).as_secs()).collect();
+        assert_eq!(delays, vec![5, 20, 45]);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_profile_keeps_keys_set_before_it_so_order_does_not_matter() {
+        let mut before = Config::new("mysql://root@127.0.0.1/test");
+        before.set("batch.size", "7").unwrap();
+        before.set("profile", "seed").unwrap();
+        let mut after = Config::new("mysql://root@127.0.0.1/test");
+        after.set("profile", "seed").unwrap();
+        after.set("batch.size", "7").unwrap();
+        assert_eq!(before, after);
+        assert_eq!(before.batch_size, 7);
+        assert_eq!(before.lease, Duration::from_secs(600));
+        assert_eq!(before.profile, Profile::Seed);
+        // Back to the defaults, the explicit key still kept.
+        before.set("profile", "default").unwrap();
+        assert_eq!(before.batch_size, 7);
+        assert_eq!(before.lease, Config::default().lease);
+        let seed = Config::seed_compatible("mysql://root@127.0.0.1/test");
+        assert_eq!(seed.get("profile").as_deref(), Some("seed"));
+        assert_eq!(seed.batch_size, 20);
+    }
+
+    #[test]
+    fn redaction_hides_passwords_and_secrets() {
+        assert_eq!(redact_url("mysql://app:s3cret@db:3306/x"), "mysql://app:***@db:3306/x");
+        assert_eq!(redact_url("mysql://root@db/x"), "mysql://root@db/x");
+        let mut c = Config::default();
+        c.set("rocketmq.secret.key", "hush").unwrap();
+        assert_eq!(c.get_redacted("rocketmq.secret.key").unwrap(), "***");
+    }
+}
