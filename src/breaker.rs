@@ -3,8 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::stats::BreakerState;
-
 /// What the scanner may do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Permit {
@@ -123,6 +121,24 @@ impl Breaker {
     /// A publish call failed for reasons of its own messages: the broker is up.
     pub fn on_message_failure(&mut self) -> Option<Transition> {
         self.on_success()
+    }
+}
+
+/// Circuit-breaker state, as reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+impl BreakerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half-open",
+        }
     }
 }
 

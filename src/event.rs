@@ -106,7 +106,7 @@ impl NewEvent {
     }
 
     /// The headers as stored in the `headers` column (a JSON object), or `None` when empty:
-    /// the value hosts bind for the `headers` parameter of [`crate::store::insert_statement`].
+    /// the value hosts bind for the `headers` parameter of `insert_statement`.
     pub fn headers_json(&self) -> Option<String> {
         if self.headers.is_empty() {
             None

@@ -7,7 +7,8 @@
 //! instance come back when their lease expires. Delivery is at least once.
 //!
 //! The core is blocking: a scanner thread, a reclaimer thread and worker threads fed by a
-//! bounded channel. The broker is behind the [`Publisher`] trait.
+//! bounded channel. The broker is behind the [`Publisher`] trait. `docs/architecture.md` maps
+//! the modules, the threads and the path of one event through both halves.
 
 pub mod admin;
 mod breaker;
@@ -30,12 +31,13 @@ pub mod stats;
 pub mod store;
 
 pub use config::{Backoff, BackoffPolicy, ClaimStrategy, Config, KEYS};
+pub use db::connect;
 pub use error::{ConfigError, Error, Result};
 pub use event::{EventId, NewEvent};
 pub use migrate::{migrate, migrate_table, MigrationReport};
 pub use publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
 pub use relay::{
-    connect, enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, Delivery, LatencyHook, Relay, RelayBuilder, StopReport,
+    enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, Delivery, LatencyHook, Relay, RelayBuilder, StopReport,
 };
 pub use stats::{BreakerState, Stats};
 pub use store::{insert_statement, DeadLetter, Gauges, ScanPosition, INSERT_PARAMS};

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+pub use crate::breaker::BreakerState;
 use crate::store::Gauges;
 
 /// Live counters (monotonic unless said otherwise).
@@ -278,24 +279,6 @@ impl Counters {
 
     pub fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Relaxed);
-    }
-}
-
-/// Circuit-breaker state, as reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
-    Closed,
-    Open,
-    HalfOpen,
-}
-
-impl BreakerState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BreakerState::Closed => "closed",
-            BreakerState::Open => "open",
-            BreakerState::HalfOpen => "half-open",
-        }
     }
 }
 
