@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use mysql::prelude::Queryable;
 use mysql::{Opts, Pool};
 
-use outbox::rocketmq::{RocketMqSource, SourceConfig};
 use outbox::consumer::{Consumer, ConsumerConfig, HandlerError, Message, Source};
 use outbox::rocketmq::RocketMqPublisher;
+use outbox::rocketmq::{RocketMqSource, SourceConfig};
 use outbox::{Config, OutboundEvent, Publisher, SendOutcome};
 
 const SERVER: &str = "mysql://root@127.0.0.1:3306";

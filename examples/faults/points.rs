@@ -19,8 +19,8 @@ use mysql::prelude::Queryable;
 use mysql::{Opts, Pool};
 use rand::Rng;
 
-use outbox::rocketmq::{RocketMqSource, SourceConfig};
 use outbox::consumer::{Consumer, ConsumerConfig, ConsumerStats, HandlerError, Message};
+use outbox::rocketmq::{RocketMqSource, SourceConfig};
 
 use super::{kill_child, script, start_broker, start_writers, stop_child, tail, Args, Env, Instance, Res};
 

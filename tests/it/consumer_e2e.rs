@@ -8,9 +8,9 @@ use mysql::prelude::Queryable;
 
 use crate::rocketmq_e2e::{ensure_broker, unique, wait_drained, BROKER_LOCK};
 use crate::support::{wait_until, TestDb};
-use outbox::rocketmq::{RocketMqSource, SourceConfig};
 use outbox::consumer::{Consumer, ConsumerConfig, HandlerError, Message};
 use outbox::rocketmq::RocketMqPublisher;
+use outbox::rocketmq::{RocketMqSource, SourceConfig};
 use outbox::{NewEvent, Relay};
 
 const NAMESRV: &str = "127.0.0.1:9876";
