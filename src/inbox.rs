@@ -183,8 +183,71 @@ impl Inbox {
         purge_processed(pool, &self.table, older_than, batch, time_limit)
     }
 
+    /// Marks the keys of `items` (key and metadata, in queue order) as processed by `group` inside
+    /// `tx`, in one statement: what [`Inbox::mark`] does for one key, for a whole batch. Returns,
+    /// per item, whether it is the first item of a key that was new (now marked); a later item
+    /// with the same key, or a key the group had already processed, is `false`. Keys are marked
+    /// in byte order, so two batches sharing keys take their locks in the same order and never
+    /// deadlock on each other's marks.
+    ///
+    /// `returning`: the server has `INSERT ... RETURNING` (MariaDB 10.5 and later), which names
+    /// the keys it inserted. Without it the statement only says how many it inserted: when that
+    /// is fewer than the distinct keys, which ones existed is unknown and the result is `None`
+    /// (roll `tx` back and mark one key at a time). Values are checked before anything is sent,
+    /// as [`Inbox::mark`] does, so `INSERT IGNORE` only ever skips existing keys.
+    pub fn mark_many(
+        &self,
+        tx: &mut Transaction<'_>,
+        group: &str,
+        items: &[(&str, MessageMeta)],
+        returning: bool,
+    ) -> Result<Option<Vec<bool>>> {
+        // The first item of each key, in key order.
+        let mut first: Vec<usize> = Vec::with_capacity(items.len());
+        let mut seen = std::collections::HashSet::with_capacity(items.len());
+        for (i, (key, _)) in items.iter().enumerate() {
+            if seen.insert(*key) {
+                first.push(i);
+            }
+        }
+        first.sort_by(|a, b| items[*a].0.as_bytes().cmp(items[*b].0.as_bytes()));
+        let mut values = Vec::with_capacity(first.len());
+        for &i in &first {
+            values.push(self.mark_values(group, items[i].0, &items[i].1)?);
+        }
+        let sql = format!(
+            "INSERT IGNORE INTO {} {MARK_COLUMNS} VALUES {}{}",
+            self.table,
+            values.join(", "),
+            if returning { " RETURNING event_key" } else { "" }
+        );
+        let new: std::collections::HashSet<Vec<u8>> = if returning {
+            tx.query::<Vec<u8>, _>(sql)?.into_iter().collect()
+        } else {
+            tx.query_drop(sql)?;
+            if tx.affected_rows() != first.len() as u64 {
+                return Ok(None);
+            }
+            first.iter().map(|&i| items[i].0.as_bytes().to_vec()).collect()
+        };
+        let mut out = vec![false; items.len()];
+        for &i in &first {
+            out[i] = new.contains(items[i].0.as_bytes());
+        }
+        Ok(Some(out))
+    }
+
     /// The INSERT of one mark, every value a hex literal (nothing the caller passes can escape).
     fn mark_sql(&self, group: &str, key: &str, meta: &MessageMeta) -> Result<String> {
+        Ok(format!(
+            "INSERT INTO {} {MARK_COLUMNS} VALUES {}",
+            self.table,
+            self.mark_values(group, key, meta)?
+        ))
+    }
+
+    /// One mark's `(...)` of values, after checking each one.
+    fn mark_values(&self, group: &str, key: &str, meta: &MessageMeta) -> Result<String> {
         check_group(group)?;
         check_key(key)?;
         if let Some(topic) = &meta.topic {
@@ -214,9 +277,7 @@ impl Inbox {
         }
         let num = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "NULL".into());
         Ok(format!(
-            "INSERT INTO {} (consumer_group, event_key, topic, queue_id, queue_offset, msg_id, processed_at) \
-             VALUES ({}, {}, {}, {}, {}, {}, NOW(3))",
-            self.table,
+            "({}, {}, {}, {}, {}, {}, NOW(3))",
             bytes_lit(group.as_bytes()),
             bytes_lit(key.as_bytes()),
             opt_lit(meta.topic.as_deref()),
@@ -225,6 +286,22 @@ impl Inbox {
             opt_lit(meta.msg_id.as_deref()),
         ))
     }
+}
+
+/// The columns a mark sets, in the order of [`Inbox::mark_values`].
+const MARK_COLUMNS: &str = "(consumer_group, event_key, topic, queue_id, queue_offset, msg_id, processed_at)";
+
+/// Whether the server behind `conn` has `INSERT ... RETURNING` (MariaDB 10.5 and later; MySQL
+/// has none): what [`Inbox::mark_many`] learns new keys by.
+pub fn has_insert_returning<Q: Queryable>(conn: &mut Q) -> Result<bool> {
+    let version: Option<String> = conn.query_first("SELECT VERSION()")?;
+    Ok(version.as_deref().is_some_and(|v| {
+        let mut parts = v
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|p| p.parse::<u32>().ok());
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        v.contains("MariaDB") && (major, minor) >= (10, 5)
+    }))
 }
 
 impl Default for Inbox {

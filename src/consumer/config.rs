@@ -8,6 +8,14 @@ use crate::error::Result;
 /// `migrations/V10__create_outbox_inbox_dead_letter.sql` creates).
 pub const DEFAULT_DEAD_LETTER_TABLE: &str = "outbox_inbox_dead_letter";
 
+/// Most messages per handler transaction by default (`docs/inbox.md`, "Batches", has the
+/// measurements it comes from).
+pub const DEFAULT_BATCH_MAX: usize = 128;
+
+/// The largest `batch_max` accepted: one batch's marks are one statement of about 700 bytes per
+/// message, well under the server's packet limit.
+pub const MAX_BATCH_MAX: usize = 4096;
+
 /// How a consumer runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerConfig {
@@ -28,6 +36,10 @@ pub struct ConsumerConfig {
     pub replay_interval: Duration,
     /// Messages waiting per handler thread before the poller waits.
     pub queue_capacity: usize,
+    /// Most messages one handler transaction takes (`consumer.batch.max`): a handler thread
+    /// takes the messages waiting for it, up to this many, and handles them with one commit. It
+    /// never waits for a batch to fill. 1 handles one message per transaction.
+    pub batch_max: usize,
     /// How long marks are kept: the replayer deletes older ones (in small batches, every
     /// `retention_interval`). `None` keeps them (purge them yourself). Default: 7 days
     /// ([`crate::inbox::DEFAULT_RETENTION`]); never shorter than the broker's redelivery span.
@@ -52,6 +64,7 @@ impl ConsumerConfig {
             persist_interval: Duration::from_secs(1),
             replay_interval: Duration::from_secs(2),
             queue_capacity: 256,
+            batch_max: DEFAULT_BATCH_MAX,
             retention: Some(crate::inbox::DEFAULT_RETENTION),
             retention_interval: Duration::from_secs(60),
             inbox: true,
@@ -77,6 +90,13 @@ impl ConsumerConfig {
                 "consumer.backoff",
                 format!("{:?}..{:?}", self.backoff_initial, self.backoff_max),
                 "initial must be > 0 and not above max",
+            );
+        }
+        if self.batch_max == 0 || self.batch_max > MAX_BATCH_MAX {
+            return bad(
+                "consumer.batch.max",
+                self.batch_max.to_string(),
+                "must be 1 (one message per transaction) to 4096",
             );
         }
         if self.queue_capacity == 0 {

@@ -1,6 +1,8 @@
 //! The consumer's dead-letter table (migration V10): messages whose handler failed on every
 //! attempt, kept with their body and properties so an operator can look at them and replay them
-//! (`outboxd dead-letters list|replay|discard --consumer-group G`).
+//! (`outboxd dead-letters list|replay|discard --consumer-group G`). An operator's replay or
+//! discard ([`act_on_dead_letters`]) runs like one on the relay's table: in batches, rate-limited,
+//! each row changed audited in `outbox_audit`.
 //!
 //! A row is `DEAD` until an operator asks for a replay (`REPLAY`); the group's running consumers
 //! then take `REPLAY` rows one at a time (`FOR UPDATE SKIP LOCKED`, so two instances never take
@@ -13,8 +15,9 @@ use mysql::prelude::Queryable;
 use mysql::{Pool, Row, Transaction};
 
 use super::message::{KeySource, Message, QueueRef};
+use crate::admin::{self, BatchOptions, DeadLetterAction, Pace};
 use crate::error::{Error, Result};
-use crate::sql::{bytes_lit, lit, opt_lit};
+use crate::sql::{bytes_lit, id_list, lit, opt_lit};
 
 /// The default table name (the one `migrations/V10__create_outbox_inbox_dead_letter.sql` creates).
 pub use super::config::DEFAULT_DEAD_LETTER_TABLE as DEFAULT_TABLE;
@@ -134,6 +137,19 @@ pub fn list(
         .collect())
 }
 
+/// Checks a consumer group's name as the functions here do (1 to 255 characters of
+/// `[A-Za-z0-9_%|-]`): an error naming the field and the value.
+pub fn check_group(group: &str) -> Result<()> {
+    crate::inbox::check_group(group)
+}
+
+/// Checks a dead-letter table's name as the functions here do: an error naming the key
+/// (`inbox.dead_letter.table`) and the value.
+pub fn check_table(table: &str) -> Result<()> {
+    crate::config::table_name("inbox.dead_letter.table", table)?;
+    Ok(())
+}
+
 /// Which parked rows an operator acts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selection {
@@ -143,46 +159,129 @@ pub enum Selection {
     All,
 }
 
-/// Asks the group's consumers to handle these `DEAD` rows again (status `REPLAY`); returns how
-/// many rows changed. With `dry_run`, counts them without changing anything.
-pub fn request_replay(pool: &Pool, table: &str, group: &str, which: &Selection, dry_run: bool) -> Result<u64> {
-    act(
-        pool,
-        table,
-        group,
-        which,
+/// The actor `outbox_audit` records for [`request_replay`] and [`discard`]: a program calling
+/// the library, not an operator at `outboxd` (whose `--actor` goes to [`act_on_dead_letters`]).
+pub const LIBRARY_ACTOR: &str = "outbox::consumer::dead_letter";
+
+/// Rows per transaction for [`request_replay`] and [`discard`] (`outboxd`'s `--batch` default).
+const LIBRARY_BATCH: usize = 100;
+
+fn library_options(dry_run: bool) -> BatchOptions {
+    BatchOptions {
         dry_run,
-        &format!("UPDATE {{t}} SET status = '{REPLAY}'"),
-    )
+        batch: LIBRARY_BATCH,
+        rate_per_sec: 0,
+        actor: LIBRARY_ACTOR.into(),
+    }
 }
 
-/// Deletes these rows of the group (DEAD or REPLAY): the messages are dropped for good.
+/// Asks the group's consumers to handle these `DEAD` rows again (status `REPLAY`); returns how
+/// many rows changed. With `dry_run`, counts them without changing anything. Audited with
+/// [`LIBRARY_ACTOR`]; [`act_on_dead_letters`] takes the batch, rate and actor.
+pub fn request_replay(pool: &Pool, table: &str, group: &str, which: &Selection, dry_run: bool) -> Result<u64> {
+    let opts = library_options(dry_run);
+    act_on_dead_letters(pool, table, group, which, DeadLetterAction::Replay, &opts, |_, _| {})
+}
+
+/// Deletes these rows of the group (DEAD or REPLAY): the messages are dropped for good. Audited
+/// with [`LIBRARY_ACTOR`]; [`act_on_dead_letters`] takes the batch, rate and actor.
 pub fn discard(pool: &Pool, table: &str, group: &str, which: &Selection, dry_run: bool) -> Result<u64> {
-    act(pool, table, group, which, dry_run, "DELETE FROM {t}")
+    let opts = library_options(dry_run);
+    act_on_dead_letters(pool, table, group, which, DeadLetterAction::Discard, &opts, |_, _| {})
 }
 
-fn act(pool: &Pool, table: &str, group: &str, which: &Selection, dry_run: bool, statement: &str) -> Result<u64> {
+/// What an operator's action on a group's dead letters does to a row, and to which rows.
+fn statement(action: DeadLetterAction, table: &str, ids: &str) -> String {
+    match action {
+        DeadLetterAction::Replay => format!("UPDATE {table} SET status = '{REPLAY}' WHERE id IN ({ids})"),
+        DeadLetterAction::Discard => format!("DELETE FROM {table} WHERE id IN ({ids})"),
+    }
+}
+
+/// The rows an action takes: a replay those still `DEAD`, a discard `DEAD` and `REPLAY` ones.
+fn states(action: DeadLetterAction) -> String {
+    match action {
+        DeadLetterAction::Replay => format!("'{DEAD}'"),
+        DeadLetterAction::Discard => format!("'{DEAD}', '{REPLAY}'"),
+    }
+}
+
+/// What `outbox_audit.detail` says about one row, so an operator can find the message.
+fn audit_detail(group: &str, key: &[u8]) -> String {
+    format!("consumer group {group}, event key {}", String::from_utf8_lossy(key))
+}
+
+/// Replays (`DEAD` rows marked `REPLAY`, which the group's running consumers then handle again)
+/// or discards (`DEAD` and `REPLAY` rows deleted) the group's dead letters in `which`, like the
+/// relay's [`admin::act_on_dead_letters`]: `opts.batch` rows per transaction, each locking its
+/// rows still in the expected state (a row a consumer replayed or someone else changed meanwhile
+/// is left alone), changing them and writing one `outbox_audit` row each (`table_name` the table,
+/// `event_id` the row's id, the action, `opts.actor`, `detail` the group and event key); at most
+/// `opts.rate_per_sec` rows per second. `progress(done, total)` is called after each batch.
+/// Returns the rows changed (or, with `opts.dry_run`, that would be, with nothing changed or
+/// audited). A bad table or group name, or bad options, are errors naming the field, before
+/// anything changes.
+pub fn act_on_dead_letters(
+    pool: &Pool,
+    table: &str,
+    group: &str,
+    which: &Selection,
+    action: DeadLetterAction,
+    opts: &BatchOptions,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<u64> {
     let table = crate::config::table_name("inbox.dead_letter.table", table)?;
     crate::inbox::check_group(group)?;
-    let mut filter = format!("consumer_group = {}", bytes_lit(group.as_bytes()));
-    if statement.starts_with("UPDATE") {
-        filter.push_str(&format!(" AND status = '{DEAD}'"));
-    }
-    match which {
-        Selection::All => {}
-        Selection::Ids(ids) if ids.is_empty() => return Ok(0),
-        Selection::Ids(ids) => {
-            let list: Vec<String> = ids.iter().map(u64::to_string).collect();
-            filter.push_str(&format!(" AND id IN ({})", list.join(", ")));
+    opts.check()?;
+    let expected = format!(
+        "consumer_group = {} AND status IN ({})",
+        bytes_lit(group.as_bytes()),
+        states(action)
+    );
+    let selected = match which {
+        Selection::All => String::new(),
+        Selection::Ids(ids) if ids.is_empty() => {
+            progress(0, 0);
+            return Ok(0);
         }
-    }
+        Selection::Ids(ids) => format!(" AND id IN ({})", id_list(ids.iter().copied())),
+    };
     let mut conn = pool.get_conn()?;
-    if dry_run {
-        let n: Option<u64> = conn.query_first(format!("SELECT COUNT(*) FROM {table} WHERE {filter}"))?;
-        return Ok(n.unwrap_or(0));
+    let ids: Vec<u64> = conn.query(format!("SELECT id FROM {table} WHERE {expected}{selected} ORDER BY id"))?;
+    let total = ids.len() as u64;
+    if opts.dry_run || ids.is_empty() {
+        progress(total, total);
+        return Ok(total);
     }
-    conn.query_drop(format!("{} WHERE {filter}", statement.replace("{t}", &table)))?;
-    Ok(conn.affected_rows())
+    let pace = Pace::new(opts.rate_per_sec);
+    let mut done = 0u64;
+    for chunk in ids.chunks(opts.batch) {
+        let mut tx = conn.start_transaction(mysql::TxOpts::default())?;
+        // Only rows still in the expected state change: one a consumer is replaying (locked
+        // until it commits, then gone) or someone else changed meanwhile is left alone.
+        let locked: Vec<(u64, Vec<u8>)> = tx.query(format!(
+            "SELECT id, event_key FROM {table} WHERE id IN ({}) AND {expected} ORDER BY id FOR UPDATE",
+            id_list(chunk.iter().copied())
+        ))?;
+        if !locked.is_empty() {
+            tx.query_drop(statement(action, &table, &id_list(locked.iter().map(|(id, _)| *id))))?;
+            let rows: Vec<(u64, Option<String>)> = locked
+                .iter()
+                .map(|(id, key)| (*id, Some(audit_detail(group, key))))
+                .collect();
+            admin::audit(&mut tx, &table, action, &opts.actor, &rows)?;
+        }
+        tx.commit()?;
+        done += locked.len() as u64;
+        progress(done, total);
+        pace.wait(done);
+    }
+    log::info!(
+        "{done} of {total} dead letters of consumer group {group} in {table} {}ed by {}",
+        action.name(),
+        opts.actor
+    );
+    Ok(done)
 }
 
 /// Takes the oldest `REPLAY` row of `group` in `tx` (locked, skipping rows other consumers

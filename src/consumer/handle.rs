@@ -1,6 +1,7 @@
-//! One message in a handler thread: mark, handler and commit in one transaction; database
-//! failures retried without an attempt, handler failures with backoff until `max_attempts`, then
-//! the message parked in the dead-letter table.
+//! The messages of a handler thread: a batch in one transaction (marks, handler, one commit), and
+//! one message at a time when a batch fails: mark, handler and commit in one transaction;
+//! database failures retried without an attempt, handler failures with backoff until
+//! `max_attempts`, then the message parked in the dead-letter table.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -11,6 +12,7 @@ use super::handler::HandlerError;
 use super::message::Message;
 use super::shared::Inner;
 use crate::error::{Error, Result};
+use crate::inbox::MessageMeta;
 
 /// What became of a message in a handler thread.
 pub(super) enum Done {
@@ -26,6 +28,89 @@ pub(super) enum Failure {
     Db(Error),
     /// The handler failed (an attempt), or the message cannot be marked at all (`poison`).
     Handler { error: String, poison: bool },
+}
+
+/// Handles `msgs` (the messages waiting on a handler thread, in queue order): all in one
+/// transaction when they can be, else one at a time. Returns how many are done, in order (fewer
+/// than `msgs.len()` only when the consumer stops meanwhile: the rest are not done).
+pub(super) fn handle_batch(inner: &Inner, msgs: &[Message]) -> usize {
+    if msgs.len() > 1 {
+        match attempt_batch(inner, msgs) {
+            Ok(new) => {
+                inner.counters.processed.fetch_add(new, Relaxed);
+                inner.counters.duplicates.fetch_add(msgs.len() as u64 - new, Relaxed);
+                return msgs.len();
+            }
+            Err(why) => {
+                inner.counters.batch_fallbacks.fetch_add(1, Relaxed);
+                log::debug!(
+                    "consumer {}: a batch of {} messages is handled again one at a time: {why}",
+                    inner.config.group,
+                    msgs.len()
+                );
+            }
+        }
+    }
+    for (i, msg) in msgs.iter().enumerate() {
+        if matches!(handle_message(inner, msg), Done::Abandoned) {
+            return i;
+        }
+    }
+    msgs.len()
+}
+
+/// One transaction for the whole batch: the marks of its keys in one statement, the handler on
+/// every message whose key was new (a key twice in the batch runs once), one commit. Returns how
+/// many messages the handler ran on; `Err` says why the batch must go one message at a time
+/// (the transaction was rolled back, nothing of it committed).
+fn attempt_batch(inner: &Inner, msgs: &[Message]) -> std::result::Result<u64, String> {
+    let mut conn = inner.pool.get_conn().map_err(|e| e.to_string())?;
+    let mut tx = conn.start_transaction(TxOpts::default()).map_err(|e| e.to_string())?;
+    let new: Vec<bool> = if inner.config.inbox {
+        let items: Vec<(&str, MessageMeta)> = msgs.iter().map(|m| (m.key.as_str(), m.meta())).collect();
+        match inner
+            .inbox
+            .mark_many(&mut tx, &inner.config.group, &items, inner.returning)
+        {
+            Ok(Some(new)) => new,
+            Ok(None) => return Err("some keys of the batch were already marked".into()),
+            Err(e) => return Err(format!("marking the batch failed: {e}")),
+        }
+    } else {
+        vec![true; msgs.len()]
+    };
+    let n = new.iter().filter(|n| **n).count();
+    if n > 0 {
+        // The new messages only, in order; the whole batch, without copying, when all are new.
+        let fresh: Vec<Message>;
+        let run: &[Message] = if n == msgs.len() {
+            msgs
+        } else {
+            fresh = msgs
+                .iter()
+                .zip(&new)
+                .filter(|(_, n)| **n)
+                .map(|(m, _)| m.clone())
+                .collect();
+            &fresh
+        };
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.handler.run(&mut tx, run)));
+        match ran {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("the handler failed: {e}")),
+            Err(panic) => {
+                return Err(format!(
+                    "the handler panicked: {}",
+                    crate::error::panic_message(&*panic)
+                ))
+            }
+        }
+    }
+    // A failed commit may have committed: handled again one at a time, each message then finds
+    // its mark (a duplicate) or runs.
+    tx.commit().map_err(|e| format!("the commit failed: {e}"))?;
+    inner.counters.transactions.fetch_add(1, Relaxed);
+    Ok(n as u64)
 }
 
 pub(super) fn handle_message(inner: &Inner, msg: &Message) -> Done {
@@ -148,7 +233,9 @@ pub(super) fn run_in(
     if new {
         // A handler that panics fails this attempt like an error (its thread, and so its queues,
         // go on); the transaction is rolled back when dropped.
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.handler.handle(&mut tx, msg)));
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            inner.handler.run(&mut tx, std::slice::from_ref(msg))
+        }));
         match ran {
             Ok(result) => result.map_err(classify_handler_error)?,
             Err(panic) => {
@@ -165,6 +252,7 @@ pub(super) fn run_in(
     // A failed commit is a database failure whatever it says: if it did commit, the next attempt
     // finds the mark and counts a duplicate.
     tx.commit().map_err(|e| Failure::Db(e.into()))?;
+    inner.counters.transactions.fetch_add(1, Relaxed);
     Ok(new)
 }
 

@@ -1,17 +1,23 @@
-//! The service's code: the [`Handler`] trait, run inside the transaction that holds the
-//! message's inbox mark.
+//! The service's code, run inside the transaction that holds the messages' inbox marks: a
+//! [`Handler`] for one message at a time (the default), or a [`BatchHandler`] for a batch, for
+//! services that do their own multi-row writes.
 
 use mysql::Transaction;
 
 use super::message::Message;
 
 /// What a handler returns on failure: any error. Database errors that are transient (see
-/// [`Error::is_retriable`]) are retried without using an attempt.
+/// [`crate::Error::is_retriable`]) are retried without using an attempt.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The service's code for one message, run inside the transaction that holds its inbox mark.
 /// Write through `tx` only: what the handler does elsewhere (HTTP calls, files) is not undone by
 /// a rollback and may happen more than once.
+///
+/// With batching on (`consumer.batch.max` above 1), the messages waiting on a handler thread
+/// share one transaction: the handler runs once per new message, in queue order, and one commit
+/// follows. If it fails on any of them, the batch is rolled back and handled again one message
+/// per transaction, so only the failing message is retried (and charged attempts).
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, tx: &mut Transaction<'_>, msg: &Message) -> std::result::Result<(), HandlerError>;
 }
@@ -22,5 +28,30 @@ where
 {
     fn handle(&self, tx: &mut Transaction<'_>, msg: &Message) -> std::result::Result<(), HandlerError> {
         self(tx, msg)
+    }
+}
+
+/// The service's code for a batch: every new message of the batch (duplicates left out), in
+/// queue order, in the transaction that holds their marks. A failure rolls the batch back and
+/// the runtime calls the handler again with one message at a time, retrying and parking only the
+/// failing one; so a batch handler must also handle a batch of one.
+pub trait BatchHandler: Send + Sync + 'static {
+    fn handle_batch(&self, tx: &mut Transaction<'_>, msgs: &[Message]) -> std::result::Result<(), HandlerError>;
+}
+
+/// How a consumer runs the service's code.
+#[derive(Clone)]
+pub(super) enum Handling {
+    Each(std::sync::Arc<dyn Handler>),
+    Batch(std::sync::Arc<dyn BatchHandler>),
+}
+
+impl Handling {
+    /// Runs the service's code on `msgs` (all new) in `tx`.
+    pub(super) fn run(&self, tx: &mut Transaction<'_>, msgs: &[Message]) -> std::result::Result<(), HandlerError> {
+        match self {
+            Handling::Each(h) => msgs.iter().try_for_each(|m| h.handle(tx, m)),
+            Handling::Batch(h) => h.handle_batch(tx, msgs),
+        }
     }
 }

@@ -40,7 +40,7 @@ mod source;
 mod stats;
 
 pub use config::ConsumerConfig;
-pub use handler::{Handler, HandlerError};
+pub use handler::{BatchHandler, Handler, HandlerError};
 pub use message::{KeySource, Message, QueueRef, EVENT_KEY_PROPERTY};
 pub use runtime::Consumer;
 pub use source::Source;

@@ -15,8 +15,8 @@ use mysql::Pool;
 use parking_lot::Mutex;
 
 use super::config::ConsumerConfig;
-use super::handle::{handle_message, Done};
-use super::handler::Handler;
+use super::handle::handle_batch;
+use super::handler::{BatchHandler, Handler, Handling};
 use super::message::{KeySource, Message, QueueRef};
 use super::replay::replay_loop;
 use super::shared::Inner;
@@ -42,22 +42,47 @@ impl fmt::Debug for Consumer {
 }
 
 impl Consumer {
-    /// Starts the threads. `pool` is the service's database (where the inbox and dead-letter
-    /// tables are, see [`crate::migrate`]); the handler's transactions come from it.
+    /// Starts the threads, with `handler` run on each message. `pool` is the service's database
+    /// (where the inbox and dead-letter tables are, see [`crate::migrate`]); the handler's
+    /// transactions come from it.
     pub fn start(
         config: ConsumerConfig,
         pool: Pool,
         source: Arc<dyn Source>,
         handler: Arc<dyn Handler>,
     ) -> Result<Consumer> {
+        Self::start_with(config, pool, source, Handling::Each(handler))
+    }
+
+    /// Like [`Consumer::start`], with a [`BatchHandler`] given each batch's new messages at once.
+    pub fn start_batch(
+        config: ConsumerConfig,
+        pool: Pool,
+        source: Arc<dyn Source>,
+        handler: Arc<dyn BatchHandler>,
+    ) -> Result<Consumer> {
+        Self::start_with(config, pool, source, Handling::Batch(handler))
+    }
+
+    /// What [`Consumer::start`] checks before it starts anything, for callers that want to know
+    /// before they connect a source: the configuration, and that the database answers and holds
+    /// the inbox and dead-letter tables (failing with the database's own message).
+    pub fn check(config: &ConsumerConfig, pool: &Pool) -> Result<()> {
+        Self::check_database(config, pool).map(|_| ())
+    }
+
+    /// [`Consumer::check`]; also whether the server has `INSERT ... RETURNING`.
+    fn check_database(config: &ConsumerConfig, pool: &Pool) -> Result<bool> {
+        use mysql::prelude::Queryable;
         config.validate()?;
-        // Fail fast, with the database's own message, if it is unreachable or a table is missing.
-        {
-            use mysql::prelude::Queryable;
-            let mut conn = pool.get_conn()?;
-            conn.query_drop(format!("SELECT 1 FROM {} LIMIT 0", config.inbox_table))?;
-            conn.query_drop(format!("SELECT 1 FROM {} LIMIT 0", config.dead_letter_table))?;
-        }
+        let mut conn = pool.get_conn()?;
+        conn.query_drop(format!("SELECT 1 FROM {} LIMIT 0", config.inbox_table))?;
+        conn.query_drop(format!("SELECT 1 FROM {} LIMIT 0", config.dead_letter_table))?;
+        crate::inbox::has_insert_returning(&mut conn)
+    }
+
+    fn start_with(config: ConsumerConfig, pool: Pool, source: Arc<dyn Source>, handler: Handling) -> Result<Consumer> {
+        let returning = Self::check_database(&config, &pool)?;
         let (stop_tx, stop_rx) = bounded::<()>(0);
         let inner = Arc::new(Inner {
             inbox: Inbox::new(&config.inbox_table)?,
@@ -65,6 +90,7 @@ impl Consumer {
             pool,
             source,
             handler,
+            returning,
             counters: Counters {
                 lag: AtomicI64::new(-1),
                 ..Counters::default()
@@ -92,9 +118,10 @@ impl Consumer {
             threads.push(spawn("outbox-consume-replay", move || replay_loop(&inner))?);
         }
         log::info!(
-            "consumer {} started: {} handler threads, inbox {}, dead letters in {}",
+            "consumer {} started: {} handler threads, batches of up to {}, inbox {}, dead letters in {}",
             inner.config.group,
             inner.config.threads,
+            inner.config.batch_max,
             inner.config.inbox_table,
             inner.config.dead_letter_table
         );
@@ -231,17 +258,34 @@ fn flush_offsets(inner: &Inner, persist: bool) {
     }
 }
 
+/// A handler thread: takes the messages waiting for it (up to `batch_max`, never waiting for
+/// more) and handles them, then records how far each queue got.
 fn handler_loop(inner: &Inner, rx: &Receiver<Message>) {
+    let mut batch: Vec<Message> = Vec::with_capacity(inner.config.batch_max);
     loop {
-        let msg = crossbeam_channel::select! {
+        let first = crossbeam_channel::select! {
             recv(rx) -> m => match m { Ok(m) => m, Err(_) => return },
             recv(inner.stop_rx) -> _ => return,
         };
-        let done = handle_message(inner, &msg);
-        if matches!(done, Done::Abandoned) {
+        batch.push(first);
+        while batch.len() < inner.config.batch_max {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) => break,
+            }
+        }
+        let done = handle_batch(inner, &batch);
+        {
+            // A queue's messages are in offset order: the last one done sets its next offset.
+            let mut offsets = inner.done.lock();
+            for m in &batch[..done] {
+                offsets.insert(m.queue.clone(), m.offset + 1);
+            }
+        }
+        inner.counters.done.fetch_add(done as u64, Relaxed);
+        if done < batch.len() {
             return;
         }
-        inner.counters.done.fetch_add(1, Relaxed);
-        inner.done.lock().insert(msg.queue.clone(), msg.offset + 1);
+        batch.clear();
     }
 }

@@ -11,7 +11,7 @@ use mysql::Pool;
 use parking_lot::Mutex;
 
 use super::config::ConsumerConfig;
-use super::handler::Handler;
+use super::handler::Handling;
 use super::message::QueueRef;
 use super::source::Source;
 use super::stats::Counters;
@@ -22,7 +22,10 @@ pub(super) struct Inner {
     pub(super) pool: Pool,
     pub(super) inbox: Inbox,
     pub(super) source: Arc<dyn Source>,
-    pub(super) handler: Arc<dyn Handler>,
+    pub(super) handler: Handling,
+    /// The server names the marks it inserted (`INSERT ... RETURNING`): see
+    /// `Inbox::mark_many`.
+    pub(super) returning: bool,
     pub(super) counters: Counters,
     /// Per queue, the next offset to commit (every message before it is done).
     pub(super) done: Mutex<HashMap<QueueRef, u64>>,

@@ -20,8 +20,14 @@ pub struct ConsumerStats {
     pub replayed: u64,
     /// Database failures retried without using an attempt.
     pub db_errors: u64,
-    /// Messages whose dedup key is not the `eventKey` property ([`KeySource`]).
+    /// Messages whose dedup key is not the `eventKey` property ([`super::KeySource`]).
     pub fallback_keys: u64,
+    /// Handler transactions committed (one per batch, or per message when batching is off or a
+    /// batch fell back): `(processed + duplicates) / transactions` is the mean batch.
+    pub transactions: u64,
+    /// Batches rolled back and handled again one message per transaction (a handler failure, a
+    /// database failure, or, on servers without `INSERT ... RETURNING`, a key already marked).
+    pub batch_fallbacks: u64,
     /// Messages handed to handler threads and not yet done.
     pub in_flight: u64,
     /// Messages on the assigned queues not yet committed (`None` until known).
@@ -92,6 +98,18 @@ impl ConsumerStats {
             "Messages taken and not yet done.",
             self.in_flight,
         );
+        metric(
+            "outbox_consumer_transactions_total",
+            "counter",
+            "Handler transactions committed (one per batch).",
+            self.transactions,
+        );
+        metric(
+            "outbox_consumer_batch_fallbacks_total",
+            "counter",
+            "Batches rolled back and handled again one message per transaction.",
+            self.batch_fallbacks,
+        );
         if let Some(lag) = self.lag {
             metric(
                 "outbox_consumer_lag_messages",
@@ -114,6 +132,8 @@ pub(super) struct Counters {
     pub(super) replayed: AtomicU64,
     pub(super) db_errors: AtomicU64,
     pub(super) fallback_keys: AtomicU64,
+    pub(super) transactions: AtomicU64,
+    pub(super) batch_fallbacks: AtomicU64,
     pub(super) done: AtomicU64,
     /// -1: unknown.
     pub(super) lag: AtomicI64,
@@ -133,6 +153,8 @@ impl Counters {
             replayed: self.replayed.load(Relaxed),
             db_errors: self.db_errors.load(Relaxed),
             fallback_keys: self.fallback_keys.load(Relaxed),
+            transactions: self.transactions.load(Relaxed),
+            batch_fallbacks: self.batch_fallbacks.load(Relaxed),
             in_flight: received.saturating_sub(self.done.load(Relaxed)),
             lag: u64::try_from(lag).ok(),
         }

@@ -23,6 +23,9 @@ struct MemSource {
     commits: Mutex<Vec<(QueueRef, u64, bool)>>,
     persisted: AtomicUsize,
     shut: AtomicBool,
+    /// Polls that found nothing pending: the poller comes back to poll only after it handed
+    /// every message of the previous poll to a handler thread.
+    empty_polls: AtomicUsize,
 }
 
 impl MemSource {
@@ -51,6 +54,7 @@ impl Source for MemSource {
             p.drain(..n).collect()
         };
         if batch.is_empty() {
+            self.empty_polls.fetch_add(1, SeqCst);
             std::thread::sleep(timeout.min(Duration::from_millis(20)));
         }
         Ok(batch)
@@ -259,6 +263,8 @@ fn a_failing_handler_is_retried_then_parked_and_a_replay_handles_it_once() {
     };
     let mut cfg = config("points-dl");
     cfg.max_attempts = 3;
+    // One message per transaction: this test counts every call of the handler.
+    cfg.batch_max = 1;
     let consumer = Consumer::start(cfg, db.pool.clone(), src.clone(), Arc::new(handler)).unwrap();
     assert!(wait_until(LONG, || {
         let s = consumer.stats();
@@ -402,6 +408,15 @@ fn bad_settings_are_refused_naming_the_field() {
     let e = Consumer::start(c.clone(), db.pool.clone(), src.clone(), Arc::new(credit)).unwrap_err();
     assert!(e.to_string().contains("consumer.threads"), "{e}");
     c.threads = 2;
+    for bad in [0, 4097] {
+        c.batch_max = bad;
+        let e = Consumer::start(c.clone(), db.pool.clone(), src.clone(), Arc::new(credit)).unwrap_err();
+        assert!(
+            e.to_string().contains("consumer.batch.max") && e.to_string().contains(&bad.to_string()),
+            "{e}"
+        );
+    }
+    c.batch_max = 64;
     c.dead_letter_table = "dl; DROP TABLE x".into();
     let e = Consumer::start(c.clone(), db.pool.clone(), src.clone(), Arc::new(credit)).unwrap_err();
     assert!(e.to_string().contains("inbox.dead_letter.table"), "{e}");
@@ -468,4 +483,266 @@ fn a_handler_that_panics_is_retried_and_parked_while_its_queue_goes_on() {
         dl[0].last_error
     );
     assert_eq!(credits(&db), [("ORD-F".to_string(), 2)]);
+}
+
+/// Holds a handler thread on a first message (the gate) until `rest` has been handed to it, so
+/// that the next batch takes what is waiting, deterministically. The source starts with the gate
+/// alone; the gate's handler pushes `rest`, waits until the source has been drained and polled
+/// empty once more (the poller polls again only after it queued every message it took), then
+/// lets the gate's transaction commit.
+struct Gate {
+    src: Arc<MemSource>,
+    rest: Mutex<Option<Vec<Message>>>,
+}
+
+impl Gate {
+    const KEY: &'static str = "gate";
+
+    fn new(rest: Vec<Message>) -> (Arc<MemSource>, Arc<Gate>) {
+        let src = MemSource::with(vec![order_message(99, 0, Gate::KEY, "GATE", 0)]);
+        let gate = Arc::new(Gate {
+            src: src.clone(),
+            rest: Mutex::new(Some(rest)),
+        });
+        (src, gate)
+    }
+
+    /// Called by the handler on every message: waits on the gate's own.
+    fn pass(&self, m: &Message) {
+        if m.key != Gate::KEY {
+            return;
+        }
+        let Some(rest) = self.rest.lock().take() else { return };
+        self.src.pending.lock().extend(rest);
+        assert!(wait_until(LONG, || self.src.pending.lock().is_empty()));
+        let polls = self.src.empty_polls.load(SeqCst);
+        assert!(wait_until(LONG, || self.src.empty_polls.load(SeqCst) > polls));
+    }
+}
+
+/// One handler thread, batches of up to `batch_max`.
+fn batch_config(group: &str, batch_max: usize) -> ConsumerConfig {
+    let mut c = config(group);
+    c.threads = 1;
+    c.batch_max = batch_max;
+    c
+}
+
+#[test]
+fn waiting_messages_commit_as_one_batch_each_key_handled_once_and_offsets_after_the_commit() {
+    let db = TestDb::new("cons_batch");
+    points_table(&db);
+    // A key the group processed before this run.
+    let mut conn = db.conn();
+    let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+    assert!(outbox::inbox::Inbox::default()
+        .mark(&mut tx, "points-b", "old", &Default::default())
+        .unwrap());
+    tx.commit().unwrap();
+    // 100 messages over 3 queues, in offset order per queue; "dup" twice, "old" once.
+    let mut rest = Vec::new();
+    let mut next = [0u64; 3];
+    for i in 0..100u64 {
+        let q = (i % 3) as u32;
+        let key = match i {
+            40 | 70 => "dup".to_string(),
+            55 => "old".to_string(),
+            _ => format!("k{i}"),
+        };
+        rest.push(order_message(q, next[q as usize], &key, &format!("ORD-{i}"), 1));
+        next[q as usize] += 1;
+    }
+    let (src, gate) = Gate::new(rest.clone());
+    let seen: Arc<Mutex<Vec<(u32, u64, u64)>>> = Arc::default();
+    let (seen2, src2, gate2) = (seen.clone(), src.clone(), gate.clone());
+    let handler = move |tx: &mut mysql::Transaction<'_>, m: &Message| -> Result<(), HandlerError> {
+        gate2.pass(m);
+        let committed = src2.committed().get(&m.queue).copied().unwrap_or(0);
+        seen2.lock().push((m.queue.queue_id, m.offset, committed));
+        credit(tx, m)
+    };
+    let consumer = Consumer::start(
+        batch_config("points-b", 64),
+        db.pool.clone(),
+        src.clone(),
+        Arc::new(handler),
+    )
+    .unwrap();
+    assert!(wait_until(LONG, || {
+        let s = consumer.stats();
+        s.processed + s.duplicates == 101
+    }));
+    let stats = consumer.stop();
+    assert_eq!((stats.processed, stats.duplicates), (99, 2), "{stats:?}");
+    // The gate alone (a lone message is not held back to fill a batch), then 64, then 36.
+    assert_eq!(stats.transactions, 3, "{stats:?}");
+    assert_eq!(stats.batch_fallbacks, 0);
+    // The handler ran once per new key, in queue order, each before its batch committed.
+    let expected: Vec<(u32, u64)> = rest
+        .iter()
+        .filter(|m| m.key != "old" && !(m.key == "dup" && m.biz_no() == Some("ORD-70")))
+        .map(|m| (m.queue.queue_id, m.offset))
+        .collect();
+    let seen = seen.lock().clone();
+    assert_eq!(
+        seen.iter().skip(1).map(|(q, o, _)| (*q, *o)).collect::<Vec<_>>(),
+        expected
+    );
+    for (q, o, committed) in &seen {
+        assert!(
+            committed <= o,
+            "queue {q}: offset {committed} committed before message {o} was handled"
+        );
+    }
+    let c = credits(&db);
+    assert_eq!(c.len(), 99);
+    assert!(!c.iter().any(|(o, _)| o == "ORD-70" || o == "ORD-55"));
+    let committed = src.committed();
+    for q in 0..3u32 {
+        assert_eq!(
+            committed[&queue(q)],
+            next[q as usize],
+            "queue {q}: next offset after the last"
+        );
+    }
+    assert_eq!(marks_of(&db, "points-b"), 100, "old, the gate and 98 new keys");
+}
+
+fn marks_of(db: &TestDb, group: &str) -> u64 {
+    db.conn()
+        .exec_first("SELECT COUNT(*) FROM outbox_inbox WHERE consumer_group = ?", (group,))
+        .unwrap()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_failure_in_a_batch_is_retried_alone_and_charges_no_other_message() {
+    let db = TestDb::new("cons_batch_fail");
+    points_table(&db);
+    let rest: Vec<Message> = (0..10u64)
+        .map(|i| {
+            let key = if i == 5 { "poison".to_string() } else { format!("k{i}") };
+            order_message((i % 2) as u32, i / 2, &key, &format!("ORD-{i}"), 1)
+        })
+        .collect();
+    let (src, gate) = Gate::new(rest);
+    let g = gate.clone();
+    let handler = move |tx: &mut mysql::Transaction<'_>, m: &Message| -> Result<(), HandlerError> {
+        g.pass(m);
+        // Writes first, then fails: the batch's rollback undoes the others' credits too.
+        credit(tx, m)?;
+        if m.key == "poison" {
+            return Err("order ORD-5 unknown".into());
+        }
+        Ok(())
+    };
+    let mut cfg = batch_config("points-bf", 64);
+    cfg.max_attempts = 3;
+    let consumer = Consumer::start(cfg, db.pool.clone(), src.clone(), Arc::new(handler)).unwrap();
+    assert!(wait_until(LONG, || {
+        let s = consumer.stats();
+        s.processed == 10 && s.dead_lettered == 1
+    }));
+    let stats = consumer.stop();
+    assert_eq!(stats.batch_fallbacks, 1, "{stats:?}");
+    assert_eq!(
+        stats.failed_attempts, 3,
+        "only the failing message was charged, and its attempts only"
+    );
+    assert_eq!(stats.transactions, 1 + 9, "the gate, then one transaction per message");
+    let c = credits(&db);
+    assert_eq!(c.len(), 10, "the gate and nine orders, each once");
+    assert!(!c.iter().any(|(o, _)| o == "ORD-5"));
+    let dl = dead_letter::list(&db.pool, dead_letter::DEFAULT_TABLE, Some("points-bf"), None, 10).unwrap();
+    assert_eq!((dl.len(), dl[0].key.as_str(), dl[0].attempts), (1, "poison", 3));
+    assert_eq!(
+        src.committed()[&queue(1)],
+        5,
+        "the queue moved on past the parked message"
+    );
+}
+
+#[test]
+fn a_batch_handler_gets_each_batch_s_new_messages_and_one_at_a_time_after_a_failure() {
+    let db = TestDb::new("cons_batch_h");
+    points_table(&db);
+    let rest: Vec<Message> = (0..20u64)
+        .map(|i| {
+            let key = match i {
+                7 => "k3".to_string(),
+                12 => "poison".to_string(),
+                _ => format!("k{i}"),
+            };
+            order_message(0, i, &key, &format!("ORD-{i}"), 1)
+        })
+        .collect();
+    let (src, gate) = Gate::new(rest.clone());
+    let calls: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let fail_poison = Arc::new(AtomicBool::new(true));
+    struct Multi {
+        gate: Arc<Gate>,
+        calls: Arc<Mutex<Vec<Vec<String>>>>,
+        fail_poison: Arc<AtomicBool>,
+    }
+    impl outbox::consumer::BatchHandler for Multi {
+        fn handle_batch(&self, tx: &mut mysql::Transaction<'_>, msgs: &[Message]) -> Result<(), HandlerError> {
+            msgs.iter().for_each(|m| self.gate.pass(m));
+            self.calls.lock().push(msgs.iter().map(|m| m.key.clone()).collect());
+            // One multi-row INSERT for the whole batch.
+            let values: Vec<String> = msgs.iter().map(|m| format!("('{}', 1)", m.biz_no().unwrap())).collect();
+            tx.query_drop(format!(
+                "INSERT INTO credits (order_no, amount) VALUES {}",
+                values.join(", ")
+            ))?;
+            if self.fail_poison.load(SeqCst) && msgs.iter().any(|m| m.key == "poison") {
+                return Err("a poison order in the batch".into());
+            }
+            Ok(())
+        }
+    }
+    let handler = Arc::new(Multi {
+        gate,
+        calls: calls.clone(),
+        fail_poison,
+    });
+    let mut cfg = batch_config("points-bh", 64);
+    cfg.max_attempts = 2;
+    let consumer = Consumer::start_batch(cfg, db.pool.clone(), src.clone(), handler).unwrap();
+    assert!(wait_until(LONG, || {
+        let s = consumer.stats();
+        s.processed + s.duplicates + s.dead_lettered == 21
+    }));
+    let stats = consumer.stop();
+    assert_eq!(
+        (stats.processed, stats.duplicates, stats.dead_lettered),
+        (19, 1, 1),
+        "{stats:?}"
+    );
+    let calls = calls.lock().clone();
+    let new_keys: Vec<String> = rest.iter().filter(|m| m.offset != 7).map(|m| m.key.clone()).collect();
+    assert_eq!(calls[0], ["gate"]);
+    assert_eq!(
+        calls[1], new_keys,
+        "the batch's new messages, in order, the duplicate left out"
+    );
+    // Then one message per call; the poison one twice (its two attempts).
+    let singles: Vec<&[String]> = calls[2..].iter().map(|c| c.as_slice()).collect();
+    assert!(singles.iter().all(|c| c.len() == 1), "{calls:?}");
+    assert_eq!(singles.iter().filter(|c| c[0] == "poison").count(), 2);
+    assert_eq!(credits(&db).len(), 19, "the gate and 18 orders");
+}
+
+#[test]
+fn with_batches_off_each_message_is_its_own_transaction() {
+    let db = TestDb::new("cons_batch_off");
+    points_table(&db);
+    let msgs: Vec<Message> = (0..30u64)
+        .map(|o| order_message(0, o, &format!("k{o}"), &format!("O{o}"), 1))
+        .collect();
+    let src = MemSource::with(msgs);
+    let consumer = Consumer::start(batch_config("points-off", 1), db.pool.clone(), src, Arc::new(credit)).unwrap();
+    assert!(wait_until(LONG, || consumer.stats().processed == 30));
+    let stats = consumer.stop();
+    assert_eq!(stats.transactions, 30);
+    assert_eq!(stats.batch_fallbacks, 0);
 }

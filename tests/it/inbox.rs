@@ -610,3 +610,144 @@ fn bad_values_are_refused_before_the_database_and_the_transaction_stays_usable()
     assert_eq!(out, Outcome::Processed(()));
     assert_eq!(marks(&db, "outbox_inbox"), 1);
 }
+
+/// The marks of a batch (what the consumer runtime's batches use), with and without
+/// `INSERT ... RETURNING`.
+fn mark_batch(db: &TestDb, keys: &[&str], returning: bool) -> (Option<Vec<bool>>, u64) {
+    let inbox = Inbox::default();
+    let mut conn = db.pool.get_conn().unwrap();
+    let inserts = |c: &mut mysql::PooledConn| -> u64 {
+        let (_, n): (String, u64) = c.query_first("SHOW SESSION STATUS LIKE 'Com_insert'").unwrap().unwrap();
+        n
+    };
+    let before = inserts(&mut conn);
+    let items: Vec<(&str, MessageMeta)> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            (
+                *k,
+                MessageMeta {
+                    topic: Some("orders".into()),
+                    queue_id: Some(1),
+                    queue_offset: Some(i as u64),
+                    msg_id: None,
+                },
+            )
+        })
+        .collect();
+    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+    let out = inbox.mark_many(&mut tx, GROUP, &items, returning).unwrap();
+    tx.commit().unwrap();
+    (out, inserts(&mut conn) - before)
+}
+
+#[test]
+fn a_batch_of_marks_learns_which_keys_are_new_in_one_statement() {
+    let db = TestDb::new("inbox_many");
+    let mut conn = db.conn();
+    assert!(
+        inbox::has_insert_returning(&mut conn).unwrap(),
+        "MariaDB 10.11 has RETURNING"
+    );
+    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+    assert!(Inbox::default()
+        .mark(&mut tx, GROUP, "old", &MessageMeta::default())
+        .unwrap());
+    tx.commit().unwrap();
+
+    // RETURNING: a key seen before is false, a key twice in the batch is new only the first time.
+    let (out, statements) = mark_batch(&db, &["b", "a", "old", "b", "c"], true);
+    assert_eq!(out, Some(vec![true, true, false, false, true]));
+    assert_eq!(statements, 1, "one INSERT for the whole batch");
+    assert_eq!(marks(&db, "outbox_inbox"), 4);
+    // The mark keeps the first copy's place in the queue.
+    let offset: Option<u64> = db
+        .conn()
+        .query_first("SELECT queue_offset FROM outbox_inbox WHERE event_key = 'b'")
+        .unwrap();
+    assert_eq!(offset, Some(0));
+
+    // Without RETURNING (MySQL): all new is known from the count; a key already marked makes the
+    // batch unknown, and the caller rolls back.
+    let (out, statements) = mark_batch(&db, &["d", "e", "d"], false);
+    assert_eq!(out, Some(vec![true, true, false]));
+    assert_eq!(statements, 1);
+    let inbox = Inbox::default();
+    let mut conn = db.conn();
+    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+    let items = [("f", MessageMeta::default()), ("a", MessageMeta::default())];
+    assert_eq!(inbox.mark_many(&mut tx, GROUP, &items, false).unwrap(), None);
+    tx.rollback().unwrap();
+    assert_eq!(
+        marks(&db, "outbox_inbox"),
+        6,
+        "old, a, b, c, d, e: the unknown batch left nothing"
+    );
+
+    // Bad values are refused before anything is sent, naming the field.
+    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+    let long = "k".repeat(256);
+    let items = [("g", MessageMeta::default()), (long.as_str(), MessageMeta::default())];
+    let e = inbox.mark_many(&mut tx, GROUP, &items, true).unwrap_err().to_string();
+    assert!(e.contains("event_key") && e.contains("256 bytes"), "{e}");
+    tx.commit().unwrap();
+    assert_eq!(marks(&db, "outbox_inbox"), 6);
+}
+
+/// A batch holding a key another transaction marked but has not committed waits for it, then
+/// counts the key new or not by that transaction's outcome, like one mark does.
+fn a_batch_and_a_copy_at_once(first_commits: bool) -> Vec<bool> {
+    let db = TestDb::new(if first_commits {
+        "inbox_many_conc"
+    } else {
+        "inbox_many_rb"
+    });
+    let inbox = Inbox::default();
+    let marked = Barrier::new(2);
+    let (id_tx, id_rx) = std::sync::mpsc::channel::<u32>();
+    let (db, inbox, marked) = (&db, &inbox, &marked);
+    let (blocked, out) = std::thread::scope(|s| {
+        let first = s.spawn(move || {
+            let mut conn = db.pool.get_conn().unwrap();
+            let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+            assert!(inbox.mark(&mut tx, GROUP, "k2", &MessageMeta::default()).unwrap());
+            marked.wait();
+            let blocked = wait_for_lock_waits(&db.pool, &[id_rx.recv().unwrap()]);
+            if first_commits {
+                tx.commit().unwrap();
+            } else {
+                tx.rollback().unwrap();
+            }
+            blocked
+        });
+        let second = s.spawn(move || {
+            let mut conn = db.pool.get_conn().unwrap();
+            id_tx.send(conn.connection_id()).unwrap();
+            marked.wait();
+            let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+            let items = [
+                ("k1", MessageMeta::default()),
+                ("k2", MessageMeta::default()),
+                ("k3", MessageMeta::default()),
+            ];
+            let out = inbox.mark_many(&mut tx, GROUP, &items, true).unwrap().unwrap();
+            tx.commit().unwrap();
+            out
+        });
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    assert!(blocked, "the batch never waited on the other transaction's mark");
+    assert_eq!(marks(db, "outbox_inbox"), 3);
+    out
+}
+
+#[test]
+fn a_batch_waits_on_a_key_marked_elsewhere_and_counts_it_by_that_outcome() {
+    assert_eq!(a_batch_and_a_copy_at_once(true), vec![true, false, true]);
+    assert_eq!(
+        a_batch_and_a_copy_at_once(false),
+        vec![true, true, true],
+        "rolled back elsewhere: the batch marks it"
+    );
+}
