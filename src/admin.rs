@@ -1,5 +1,8 @@
 //! Operator actions on an outbox table: status, dead letters (list, replay, discard) and
 //! retention. Used by `outboxd`; each is a plain function over a pool.
+//!
+//! What a batch action on dead letters shares with the consumer's (`consumer::dead_letter`):
+//! its options ([`BatchOptions`]), its pacing (`Pace`) and its `outbox_audit` rows (`audit`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -11,6 +14,7 @@ use mysql::{Pool, Value};
 use crate::config::table_name;
 use crate::error::{Error, Result};
 use crate::event::EventId;
+use crate::sql::{id_list, lit, opt_lit};
 
 /// A point in time for a filter: so long ago (DB clock), or an absolute `YYYY-MM-DD[ HH:MM:SS]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,17 +253,21 @@ pub fn list_dead_letters(
         .collect())
 }
 
-/// What to do with matching dead letters.
+/// What to do with matching dead letters: of the relay's table ([`act_on_dead_letters`]) or of
+/// a consumer group's (`consumer::dead_letter::act_on_dead_letters`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeadLetterAction {
-    /// Back to WAIT, due now, with the retry count reset.
+    /// Relay: FAIL rows back to WAIT, due now, with the retry count reset. Consumer group: DEAD
+    /// rows marked REPLAY, for the group's running consumers to handle again.
     Replay,
-    /// Marked DISCARDED: never sent, kept for the record (and for retention).
+    /// Relay: FAIL rows marked DISCARDED, never sent, kept for the record (and for retention).
+    /// Consumer group: DEAD and REPLAY rows deleted, the messages dropped for good.
     Discard,
 }
 
 impl DeadLetterAction {
-    fn name(self) -> &'static str {
+    /// The name `outbox_audit.action` records: `replay` or `discard`.
+    pub fn name(self) -> &'static str {
         match self {
             DeadLetterAction::Replay => "replay",
             DeadLetterAction::Discard => "discard",
@@ -267,21 +275,136 @@ impl DeadLetterAction {
     }
 }
 
-/// How a batch action runs.
+/// Longest actor `outbox_audit.actor` holds (`VARCHAR(128)`).
+pub const MAX_ACTOR_CHARS: usize = 128;
+
+/// How a batch action on dead letters runs, on the relay's table and on a consumer group's alike.
 #[derive(Debug, Clone)]
 pub struct BatchOptions {
+    /// Count the rows that would change; change nothing, audit nothing.
     pub dry_run: bool,
-    /// Rows per statement.
+    /// Rows per transaction (at least 1): each batch locks its rows still in the expected state,
+    /// changes them, audits them and commits.
     pub batch: usize,
     /// Most rows per second (0 = unlimited).
     pub rate_per_sec: u64,
-    /// Who is acting, written to `outbox_audit`.
+    /// Who is acting, written to `outbox_audit` with each row changed (1 to 128 characters).
     pub actor: String,
 }
 
-/// Replays or discards every dead letter matching `filter`, in batches, rate-limited; each row
-/// changed gets an `outbox_audit` entry with the actor. `progress(done, total)` is called after
-/// each batch. Returns the number of rows changed (or, with `dry_run`, that would be).
+impl BatchOptions {
+    /// The first field that is wrong, named with its value: an empty or overlong actor, a batch
+    /// of 0 rows.
+    pub fn check(&self) -> Result<()> {
+        if self.actor.trim().is_empty() {
+            return Err(Error::InvalidEvent {
+                field: "actor",
+                reason: "must not be empty".into(),
+            });
+        }
+        let chars = self.actor.chars().count();
+        if chars > MAX_ACTOR_CHARS {
+            return Err(Error::InvalidEvent {
+                field: "actor",
+                reason: format!(
+                    "{:?} is {chars} characters, longer than the {MAX_ACTOR_CHARS} outbox_audit keeps",
+                    self.actor.chars().take(40).collect::<String>() + "..."
+                ),
+            });
+        }
+        if self.batch == 0 {
+            return Err(Error::InvalidEvent {
+                field: "batch",
+                reason: "0 must be at least 1 row per transaction".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Keeps a batch action to a rate: after each batch, `Pace::wait` sleeps until the rows done
+/// so far are due at `rate_per_sec` rows per second since the start (0 = no limit).
+#[derive(Debug)]
+pub(crate) struct Pace {
+    started: Instant,
+    rate_per_sec: u64,
+}
+
+impl Pace {
+    /// Starts the clock now.
+    pub(crate) fn new(rate_per_sec: u64) -> Pace {
+        Pace {
+            started: Instant::now(),
+            rate_per_sec,
+        }
+    }
+
+    /// Sleeps until `done` rows are due.
+    pub(crate) fn wait(&self, done: u64) {
+        if let Some(p) = pause(self.rate_per_sec, done, self.started.elapsed()) {
+            std::thread::sleep(p);
+        }
+    }
+}
+
+/// How long to wait, `elapsed` after the start with `done` rows done, to keep to `rate_per_sec`
+/// (0 = no limit): none when the rows are already due.
+fn pause(rate_per_sec: u64, done: u64, elapsed: Duration) -> Option<Duration> {
+    if rate_per_sec == 0 {
+        return None;
+    }
+    let due = Duration::from_secs_f64(done as f64 / rate_per_sec as f64);
+    due.checked_sub(elapsed).filter(|p| !p.is_zero())
+}
+
+/// Records in `outbox_audit` that `actor` did `action` to these rows of `table`, one audit row
+/// each (`(event id, detail)`), inside the caller's transaction: one statement, every value a
+/// literal. A database without `outbox_audit` is an error saying how to create it.
+pub(crate) fn audit<Q: Queryable>(
+    q: &mut Q,
+    table: &str,
+    action: DeadLetterAction,
+    actor: &str,
+    rows: &[(EventId, Option<String>)],
+) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let (table, action, actor) = (lit(table), lit(action.name()), lit(actor));
+    let mut values = String::new();
+    for (id, detail) in rows {
+        if !values.is_empty() {
+            values.push_str(", ");
+        }
+        let detail: Option<String> = detail.as_deref().map(|d| d.chars().take(MAX_DETAIL_CHARS).collect());
+        let _ = write!(
+            values,
+            "({table}, {id}, {action}, {actor}, {})",
+            opt_lit(detail.as_deref())
+        );
+    }
+    q.query_drop(format!(
+        "INSERT INTO outbox_audit (table_name, event_id, action, actor, detail) VALUES {values}"
+    ))
+    .map_err(|e| match &e {
+        mysql::Error::MySqlError(me) if me.code == 1146 => Error::Migration {
+            version: 0,
+            description: "table outbox_audit".into(),
+            reason: "does not exist; dead-letter actions are audited there: create it with `outboxd migrate` \
+                     or outbox::migrate (migration V4)"
+                .into(),
+        },
+        _ => Error::Db(e),
+    })
+}
+
+/// Longest detail `outbox_audit.detail` holds (`VARCHAR(1024)`).
+const MAX_DETAIL_CHARS: usize = 1024;
+
+/// Replays or discards every dead letter matching `filter`, `opts.batch` rows per transaction
+/// (only rows still FAIL change), rate-limited; each row changed gets an `outbox_audit` entry
+/// with the actor. `progress(done, total)` is called after each batch. Returns the number of
+/// rows changed (or, with `dry_run`, that would be).
 pub fn act_on_dead_letters(
     pool: &Pool,
     table: &str,
@@ -291,12 +414,7 @@ pub fn act_on_dead_letters(
     mut progress: impl FnMut(u64, u64),
 ) -> Result<u64> {
     let t = checked(table)?;
-    if opts.actor.trim().is_empty() {
-        return Err(Error::InvalidEvent {
-            field: "actor",
-            reason: "must not be empty".into(),
-        });
-    }
+    opts.check()?;
     let mut params = Vec::new();
     let w = filter.where_sql(&mut params);
     let mut c = pool.get_conn()?;
@@ -315,37 +433,30 @@ pub fn act_on_dead_letters(
             "status = 'DISCARDED', last_error = CONCAT('discarded by ', ?, '; was: ', COALESCE(last_error, ''))"
         }
     };
-    let started = Instant::now();
+    let pace = Pace::new(opts.rate_per_sec);
     let mut done = 0u64;
-    for chunk in ids.chunks(opts.batch.max(1)) {
-        let list: Vec<String> = chunk.iter().map(|i| i.to_string()).collect();
-        let list = list.join(",");
+    for chunk in ids.chunks(opts.batch) {
+        let list = id_list(chunk.iter().copied());
         let mut tx = c.start_transaction(mysql::TxOpts::default())?;
         // Only rows still FAIL change: a row replayed meanwhile by someone else is left alone.
         let changed: Vec<u64> = tx.query(format!(
             "SELECT id FROM {t} WHERE id IN ({list}) AND status = 'FAIL' FOR UPDATE"
         ))?;
         if !changed.is_empty() {
-            let list: Vec<String> = changed.iter().map(|i| i.to_string()).collect();
             tx.exec_drop(
-                format!("UPDATE {t} SET {set} WHERE id IN ({})", list.join(",")),
+                format!(
+                    "UPDATE {t} SET {set} WHERE id IN ({})",
+                    id_list(changed.iter().copied())
+                ),
                 (&opts.actor,),
             )?;
-            tx.exec_batch(
-                "INSERT INTO outbox_audit (table_name, event_id, action, actor) VALUES (?, ?, ?, ?)",
-                changed.iter().map(|id| (&t, id, action.name(), &opts.actor)),
-            )?;
+            let rows: Vec<(EventId, Option<String>)> = changed.iter().map(|id| (*id, None)).collect();
+            audit(&mut tx, &t, action, &opts.actor, &rows)?;
         }
         tx.commit()?;
         done += changed.len() as u64;
         progress(done, total);
-        if opts.rate_per_sec > 0 {
-            // Keep to the rate: sleep until `done` rows are due.
-            let due = Duration::from_secs_f64(done as f64 / opts.rate_per_sec as f64);
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
-            }
-        }
+        pace.wait(done);
     }
     log::info!("{} of {total} dead letters {}ed by {}", done, action.name(), opts.actor);
     Ok(done)
@@ -403,5 +514,51 @@ mod tests {
             Ok(TimeBound::At("2026-12-01 08:00:00".into()))
         );
         assert!(TimeBound::parse("yesterday'; DROP").is_err());
+    }
+
+    #[test]
+    fn the_pace_waits_until_the_rows_done_are_due() {
+        let ms = Duration::from_millis;
+        // No limit: never a wait.
+        assert_eq!(pause(0, 1_000_000, Duration::ZERO), None);
+        // 4 rows/s: 2 rows are due at 500 ms, 4 at 1 s.
+        assert_eq!(pause(4, 2, ms(100)), Some(ms(400)));
+        assert_eq!(pause(4, 4, ms(100)), Some(ms(900)));
+        // Behind the rate (a slow batch): no wait, and no catching up beyond it.
+        assert_eq!(pause(4, 2, ms(600)), None);
+        assert_eq!(pause(4, 2, ms(500)), None);
+        // 500 rows/s (the CLI's default) in batches of 100: 200 ms per batch.
+        assert_eq!(pause(500, 100, Duration::ZERO), Some(ms(200)));
+        assert_eq!(pause(500, 0, Duration::ZERO), None);
+    }
+
+    #[test]
+    fn batch_options_name_the_wrong_field() {
+        let ok = BatchOptions {
+            dry_run: false,
+            batch: 1,
+            rate_per_sec: 0,
+            actor: "alice@ops".into(),
+        };
+        assert!(ok.check().is_ok());
+        let err = |o: BatchOptions| o.check().unwrap_err().to_string();
+        let e = err(BatchOptions {
+            actor: "  ".into(),
+            ..ok.clone()
+        });
+        assert!(e.contains("actor") && e.contains("empty"), "{e}");
+        let e = err(BatchOptions {
+            actor: "a".repeat(129),
+            ..ok.clone()
+        });
+        assert!(e.contains("actor") && e.contains("129 characters"), "{e}");
+        assert!(BatchOptions {
+            actor: "a".repeat(128),
+            ..ok.clone()
+        }
+        .check()
+        .is_ok());
+        let e = err(BatchOptions { batch: 0, ..ok });
+        assert!(e.contains("batch") && e.contains('0'), "{e}");
     }
 }

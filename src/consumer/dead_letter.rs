@@ -190,7 +190,7 @@ pub fn discard(pool: &Pool, table: &str, group: &str, which: &Selection, dry_run
     act_on_dead_letters(pool, table, group, which, DeadLetterAction::Discard, &opts, |_, _| {})
 }
 
-/// What an operator's action on a group's dead letters does to a row, and to which rows.
+/// The statement `action` runs on the rows `ids` (locked, still in the expected state).
 fn statement(action: DeadLetterAction, table: &str, ids: &str) -> String {
     match action {
         DeadLetterAction::Replay => format!("UPDATE {table} SET status = '{REPLAY}' WHERE id IN ({ids})"),

@@ -732,5 +732,270 @@ fn dead_letters_of_a_consumer_group_are_listed_replayed_and_discarded_by_the_cli
     assert_eq!(left, 1);
     let (code, _, err) = run(&["replay", "--consumer-group", "bad group", "--all"]);
     assert_ne!(code, 0);
-    assert!(err.contains("consumer_group"), "{err}");
+    assert!(err.contains("--consumer-group") && err.contains("bad group"), "{err}");
+}
+
+/// Parks `keys` for `group` in the default consumer dead-letter table; their ids, in order.
+fn park(db: &TestDb, group: &str, keys: &[&str]) -> Vec<u64> {
+    let mut c = db.conn();
+    keys.iter()
+        .map(|k| {
+            c.exec_drop(
+                "INSERT INTO outbox_inbox_dead_letter (consumer_group, event_key, topic, queue_id, queue_offset, body, attempts, last_error) \
+                 VALUES (?, ?, 'orders', 0, 1, 'x', 5, 'order unknown')",
+                (group, k),
+            )
+            .unwrap();
+            c.last_insert_id()
+        })
+        .collect()
+}
+
+/// `(id, status)` of every consumer dead letter, by id.
+fn parked(db: &TestDb) -> Vec<(u64, String)> {
+    db.conn()
+        .query("SELECT id, status FROM outbox_inbox_dead_letter ORDER BY id")
+        .unwrap()
+}
+
+/// `outbox_audit` in order: `(table_name, event_id, action, actor, detail)`.
+fn audit_rows(db: &TestDb) -> Vec<(String, u64, String, String, Option<String>)> {
+    db.conn()
+        .query("SELECT table_name, event_id, action, actor, detail FROM outbox_audit ORDER BY id")
+        .unwrap()
+}
+
+#[test]
+fn consumer_group_dead_letter_actions_are_batched_rate_limited_and_audited() {
+    let db = TestDb::new("d_cdl_batch");
+    let points = park(&db, "points", &["k-1", "k-2", "k-3", "k-4", "k-5"]);
+    let billing = park(&db, "billing", &["k-1"]);
+    // A row already handed back for a replay: a replay leaves it alone, a discard takes it.
+    let pending = park(&db, "points", &["k-6"]);
+    db.conn()
+        .exec_drop(
+            "UPDATE outbox_inbox_dead_letter SET status = 'REPLAY' WHERE id = ?",
+            (pending[0],),
+        )
+        .unwrap();
+    let before = parked(&db);
+    let run = |args: &[&str], user: &str| -> (i32, String, String) {
+        out({
+            let mut c = outboxd(&db);
+            c.env("USER", user).args(["dead-letters"]).args(args);
+            c
+        })
+    };
+
+    // Dry run: counted, nothing changed, nothing audited.
+    let (code, stdout, err) = run(&["replay", "--consumer-group", "points", "--all", "--dry-run"], "carol");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("dry run: 5 dead letter(s) of consumer group points"),
+        "{stdout}"
+    );
+    let (code, stdout, err) = run(
+        &["discard", "--consumer-group", "points", "--all", "--dry-run"],
+        "carol",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("dry run: 6 dead letter(s) of consumer group points"),
+        "{stdout}"
+    );
+    assert_eq!(parked(&db), before);
+    assert!(audit_rows(&db).is_empty());
+
+    // 5 rows in batches of 2 at 4 rows/s: all 5 change, in 3 transactions (one audit INSERT
+    // each, so one `at` each), the third not before 1 s after the first.
+    let (code, stdout, err) = run(
+        &[
+            "replay",
+            "--consumer-group",
+            "points",
+            "--all",
+            "--batch",
+            "2",
+            "--rate",
+            "4",
+            "--actor",
+            "alice@ops",
+        ],
+        "carol",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("5 dead letter(s) of consumer group points marked REPLAY by alice@ops"),
+        "{stdout}"
+    );
+    let status: std::collections::HashMap<u64, String> = parked(&db).into_iter().collect();
+    for id in &points {
+        assert_eq!(status[id], "REPLAY", "row {id}");
+    }
+    assert_eq!(status[&billing[0]], "DEAD", "another group's row is untouched");
+    let audit = audit_rows(&db);
+    assert_eq!(
+        audit.iter().map(|a| a.1).collect::<Vec<_>>(),
+        points,
+        "one audit row per changed row, nothing for the row already REPLAY"
+    );
+    for (i, (table, _, action, actor, detail)) in audit.iter().enumerate() {
+        assert_eq!(
+            (table.as_str(), action.as_str(), actor.as_str()),
+            ("outbox_inbox_dead_letter", "replay", "alice@ops")
+        );
+        let detail = detail.as_deref().unwrap_or_default();
+        assert!(
+            detail.contains("consumer group points") && detail.contains(&format!("event key k-{}", i + 1)),
+            "{detail}"
+        );
+    }
+    let batches: Vec<(u64, f64)> = db
+        .conn()
+        .query(
+            "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, (SELECT MIN(at) FROM outbox_audit), at) / 1e6 \
+             FROM outbox_audit GROUP BY at ORDER BY at",
+        )
+        .unwrap();
+    assert_eq!(
+        batches.iter().map(|b| b.0).collect::<Vec<_>>(),
+        vec![2, 2, 1],
+        "{batches:?}"
+    );
+    assert!(batches[2].1 >= 0.99, "rows 5 went before 4 rows/s allows: {batches:?}");
+
+    // A replay takes DEAD rows only: the ones now REPLAY are not changed twice.
+    let (code, stdout, err) = run(&["replay", "--consumer-group", "points", "--all"], "carol");
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("0 dead letter(s) of consumer group points"), "{stdout}");
+    assert_eq!(audit_rows(&db).len(), 5);
+
+    // Discard by id, default actor ($USER@hostname): exactly the selected rows of the group go
+    // (an id of another group selects nothing), REPLAY ones included.
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let (code, stdout, err) = run(
+        &[
+            "discard",
+            "--consumer-group",
+            "points",
+            "--id",
+            &points[0].to_string(),
+            "--id",
+            &pending[0].to_string(),
+            "--id",
+            &billing[0].to_string(),
+        ],
+        "carol",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains(&format!(
+            "2 dead letter(s) of consumer group points discarded by carol@{host}"
+        )),
+        "{stdout}"
+    );
+    let left: Vec<u64> = parked(&db).into_iter().map(|r| r.0).collect();
+    assert_eq!(left, vec![points[1], points[2], points[3], points[4], billing[0]]);
+    let audit = audit_rows(&db);
+    assert_eq!(audit.len(), 7);
+    assert_eq!(
+        audit[5..]
+            .iter()
+            .map(|a| (a.1, a.2.as_str(), a.3.clone()))
+            .collect::<Vec<_>>(),
+        vec![
+            (points[0], "discard", format!("carol@{host}")),
+            (pending[0], "discard", format!("carol@{host}"))
+        ]
+    );
+    assert!(audit[6].4.as_deref().unwrap_or_default().contains("event key k-6"));
+}
+
+#[test]
+fn bad_input_to_a_consumer_group_action_is_refused_naming_the_option_and_changes_nothing() {
+    let db = TestDb::new("d_cdl_bad");
+    park(&db, "points", &["k-1", "k-2"]);
+    let before = parked(&db);
+    let run = |args: &[&str]| -> (i32, String, String) {
+        out({
+            let mut c = outboxd(&db);
+            c.args(["dead-letters"]).args(args);
+            c
+        })
+    };
+    for (args, option, value) in [
+        (
+            vec!["replay", "--consumer-group", "po ints;", "--all"],
+            "--consumer-group",
+            "po ints;",
+        ),
+        (
+            vec!["discard", "--consumer-group", "points", "--all", "--batch", "0"],
+            "--batch",
+            "0",
+        ),
+        (
+            vec!["replay", "--consumer-group", "points", "--all", "--actor", ""],
+            "--actor",
+            "''",
+        ),
+        (
+            vec!["replay", "--consumer-group", "points", "--all", "--actor", " "],
+            "--actor",
+            "' '",
+        ),
+        (
+            vec![
+                "discard",
+                "--consumer-group",
+                "points",
+                "--all",
+                "--dead-letter-table",
+                "x; DROP TABLE y",
+            ],
+            "--dead-letter-table",
+            "x; DROP TABLE y",
+        ),
+    ] {
+        let (code, stdout, err) = run(&args);
+        assert_eq!(code, 2, "{args:?} is a usage error: {stdout}{err}");
+        assert!(err.contains(option) && err.contains(value), "{args:?}: {err}");
+    }
+    // The relay's path refuses a batch of 0 the same way.
+    let (code, _, err) = run(&["replay", "--all", "--batch", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--batch") && err.contains('0'), "{err}");
+    assert_eq!(parked(&db), before);
+    assert!(audit_rows(&db).is_empty());
+}
+
+#[test]
+fn the_help_of_replay_and_discard_says_what_each_does_to_a_consumer_group() {
+    let help = |cmd: &str| -> String {
+        let (code, stdout, err) = out({
+            let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
+            c.args(["dead-letters", cmd, "--help"]);
+            c
+        });
+        assert_eq!(code, 0, "{err}");
+        stdout
+    };
+    let replay = help("replay");
+    assert!(
+        replay.contains("--consumer-group") && replay.contains("REPLAY"),
+        "{replay}"
+    );
+    assert!(replay.contains("running consumers"), "{replay}");
+    assert!(replay.contains("back to WAIT"), "the relay's semantics too: {replay}");
+    for option in ["--batch", "--rate", "--actor", "--dry-run"] {
+        assert!(replay.contains(option), "{option}: {replay}");
+    }
+    assert!(replay.contains("outbox_audit"), "{replay}");
+    let discard = help("discard");
+    assert!(
+        discard.contains("DISCARDED") && discard.contains("deleted"),
+        "{discard}"
+    );
 }

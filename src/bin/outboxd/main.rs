@@ -59,8 +59,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Dead letters (status FAIL): list, replay, discard; with --consumer-group, a consumer group's
-    /// parked messages instead.
+    /// Dead letters: the relay's (rows in status FAIL) or, with --consumer-group, a consumer
+    /// group's parked messages: list, replay, discard.
+    ///
+    /// Replay and discard run the same way on both tables: the selected rows are changed in
+    /// batches of --batch rows per transaction (each locking its rows still in the expected
+    /// state, so a row changed meanwhile is left alone), at most --rate rows per second, each
+    /// row changed written to outbox_audit with --actor; --dry-run only counts.
     DeadLetters {
         #[command(subcommand)]
         command: DeadCommand,
@@ -86,25 +91,28 @@ enum ConfigCommand {
 
 #[derive(Args, Clone)]
 struct Filter {
-    /// Event id (repeatable).
+    /// Relay: the outbox row's id. With --consumer-group: the dead-letter row's id, as `list`
+    /// shows it. Repeatable.
     #[arg(long = "id")]
     ids: Vec<u64>,
+    /// Relay only: rows of this event type.
     #[arg(long)]
     event_type: Option<String>,
+    /// Relay only: rows of this business key.
     #[arg(long)]
     biz_no: Option<String>,
-    /// Dead-lettered since: 24h, 7d, or 2026-12-01 08:00:00.
+    /// Relay only: dead-lettered since: 24h, 7d, or 2026-12-01 08:00:00.
     #[arg(long, value_parser = time_bound)]
     since: Option<TimeBound>,
-    /// Dead-lettered before.
+    /// Relay only: dead-lettered before.
     #[arg(long, value_parser = time_bound)]
     until: Option<TimeBound>,
     /// A consumer group's dead letters (messages its handler kept failing on, in the consumer
-    /// dead-letter table) instead of the relay's; with --id or --all.
-    #[arg(long, conflicts_with_all = ["event_type", "biz_no", "since", "until"])]
+    /// dead-letter table) instead of the relay's; select them with --id or --all.
+    #[arg(long, value_parser = consumer_group, conflicts_with_all = ["event_type", "biz_no", "since", "until"])]
     consumer_group: Option<String>,
     /// The consumer dead-letter table (with --consumer-group).
-    #[arg(long, default_value = outbox::consumer::dead_letter::DEFAULT_TABLE)]
+    #[arg(long, value_parser = dead_letter_table, default_value = outbox::consumer::dead_letter::DEFAULT_TABLE)]
     dead_letter_table: String,
 }
 
@@ -130,36 +138,64 @@ impl Filter {
 struct BatchArgs {
     #[command(flatten)]
     filter: Filter,
-    /// Show what would change without changing it.
+    /// Count the rows that would change; change nothing and write no audit row.
     #[arg(long)]
     dry_run: bool,
-    /// Rows per statement.
-    #[arg(long, default_value_t = 100)]
+    /// Rows per transaction (at least 1), on either table: each batch locks its rows still in
+    /// the expected state, changes them, writes their audit rows and commits.
+    #[arg(long, default_value_t = 100, value_parser = batch_size)]
     batch: usize,
-    /// Most rows per second (0 = no limit).
+    /// Most rows per second, on either table (0 = no limit).
     #[arg(long, default_value_t = 500)]
     rate: u64,
-    /// Who is acting (stored in outbox_audit); defaults to $USER@hostname.
-    #[arg(long)]
+    /// Who is acting, written to outbox_audit with each row changed (either table); defaults to
+    /// $USER@hostname.
+    #[arg(long, value_parser = actor)]
     actor: Option<String>,
-    /// Act on every dead letter when no filter is given.
+    /// Act on every dead letter (of the group, with --consumer-group) when no filter is given.
     #[arg(long)]
     all: bool,
 }
 
 #[derive(Subcommand)]
 enum DeadCommand {
+    /// List dead letters: the relay's newest first, or with --consumer-group the group's (DEAD
+    /// and REPLAY) oldest first.
     List {
         #[command(flatten)]
         filter: Filter,
+        /// Most rows listed.
         #[arg(long, default_value_t = 100)]
         limit: usize,
         #[arg(long)]
         json: bool,
     },
-    /// Back to WAIT with the retry count reset.
+    /// Relay: FAIL rows back to WAIT, due now, retry count reset. With --consumer-group: DEAD
+    /// rows marked REPLAY, for the group's running consumers to handle again.
+    ///
+    /// On the relay's table, the selected FAIL rows go back to WAIT, due now, with the retry
+    /// count reset, and the relay sends them again.
+    ///
+    /// With --consumer-group G, the selected rows of G still DEAD are marked REPLAY; the group's
+    /// running consumers then handle each again (inbox mark, handler, row deleted, in one
+    /// transaction), and one that fails again goes back to DEAD with one more attempt. Nothing
+    /// is handled until a consumer of G runs.
+    ///
+    /// Either way: --batch rows per transaction, at most --rate rows per second, each row
+    /// changed audited in outbox_audit with --actor; --dry-run only counts.
     Replay(BatchArgs),
-    /// Mark DISCARDED: never sent, kept for the record.
+    /// Relay: FAIL rows marked DISCARDED, never sent. With --consumer-group: DEAD and REPLAY
+    /// rows deleted, the messages dropped.
+    ///
+    /// On the relay's table, the selected FAIL rows are marked DISCARDED: never sent, kept for
+    /// the record until purge deletes them.
+    ///
+    /// With --consumer-group G, the selected rows of G (DEAD, or REPLAY not yet handled) are
+    /// deleted: the messages are dropped for good (the outbox_audit rows keep their group and
+    /// event key).
+    ///
+    /// Either way: --batch rows per transaction, at most --rate rows per second, each row
+    /// changed audited in outbox_audit with --actor; --dry-run only counts.
     Discard(BatchArgs),
 }
 
@@ -169,6 +205,45 @@ fn duration(s: &str) -> Result<Duration, String> {
 
 fn time_bound(s: &str) -> Result<TimeBound, String> {
     TimeBound::parse(s)
+}
+
+fn batch_size(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1 row per transaction".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a number of rows: {e}")),
+    }
+}
+
+fn actor(s: &str) -> Result<String, String> {
+    let probe = BatchOptions {
+        dry_run: true,
+        batch: 1,
+        rate_per_sec: 0,
+        actor: s.to_string(),
+    };
+    probe.check().map(|()| s.to_string()).map_err(reason)
+}
+
+fn consumer_group(s: &str) -> Result<String, String> {
+    outbox::consumer::dead_letter::check_group(s)
+        .map(|()| s.to_string())
+        .map_err(reason)
+}
+
+fn dead_letter_table(s: &str) -> Result<String, String> {
+    outbox::consumer::dead_letter::check_table(s)
+        .map(|()| s.to_string())
+        .map_err(reason)
+}
+
+/// What is wrong with a value, without the library's own name for it (clap names the option).
+fn reason(e: outbox::Error) -> String {
+    match e {
+        outbox::Error::InvalidEvent { reason, .. } => reason,
+        outbox::Error::Config(outbox::ConfigError::InvalidValue { reason, .. }) => reason,
+        e => e.to_string(),
+    }
 }
 
 fn main() -> ExitCode {
@@ -447,6 +522,23 @@ fn default_actor() -> String {
     format!("{user}@{host}")
 }
 
+fn batch_options(args: &BatchArgs) -> BatchOptions {
+    BatchOptions {
+        dry_run: args.dry_run,
+        batch: args.batch,
+        rate_per_sec: args.rate,
+        actor: args.actor.clone().unwrap_or_else(default_actor),
+    }
+}
+
+/// The bar a batch action on dead letters shows while it runs (on a terminal).
+fn progress_bar(dry_run: bool) -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    bar.set_style(ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec})").expect("static template"));
+    bar.set_message(if dry_run { "dry run" } else { "dead letters" });
+    bar
+}
+
 fn dead_letters(config: &Config, command: DeadCommand) -> outbox::Result<()> {
     let pool = pool(config)?;
     if let Some(group) = match &command {
@@ -487,15 +579,8 @@ fn dead_letters(config: &Config, command: DeadCommand) -> outbox::Result<()> {
         DeadCommand::Replay(a) => (a, DeadLetterAction::Replay),
         DeadCommand::Discard(a) => (a, DeadLetterAction::Discard),
     };
-    let opts = BatchOptions {
-        dry_run: args.dry_run,
-        batch: args.batch,
-        rate_per_sec: args.rate,
-        actor: args.actor.unwrap_or_else(default_actor),
-    };
-    let bar = ProgressBar::new(0);
-    bar.set_style(ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec})").expect("static template"));
-    bar.set_message(if opts.dry_run { "dry run" } else { "dead letters" });
+    let opts = batch_options(&args);
+    let bar = progress_bar(opts.dry_run);
     let n = admin::act_on_dead_letters(
         &pool,
         &config.table,
@@ -521,7 +606,8 @@ fn dead_letters(config: &Config, command: DeadCommand) -> outbox::Result<()> {
 }
 
 /// `dead-letters ... --consumer-group G`: the consumer's parked messages. A replay hands them
-/// back to the group's running consumers (status REPLAY), which handle each once more.
+/// back to the group's running consumers (status REPLAY), which handle each once more; a discard
+/// deletes them.
 fn consumer_dead_letters(pool: &mysql::Pool, group: &str, command: DeadCommand) -> outbox::Result<()> {
     use outbox::consumer::dead_letter as dl;
     match command {
@@ -562,34 +648,62 @@ fn consumer_dead_letters(pool: &mysql::Pool, group: &str, command: DeadCommand) 
             }
             Ok(())
         }
-        DeadCommand::Replay(a) => act_on_consumer_dead_letters(pool, group, &a, true),
-        DeadCommand::Discard(a) => act_on_consumer_dead_letters(pool, group, &a, false),
+        DeadCommand::Replay(a) => act_on_consumer_dead_letters(pool, group, &a, DeadLetterAction::Replay),
+        DeadCommand::Discard(a) => act_on_consumer_dead_letters(pool, group, &a, DeadLetterAction::Discard),
     }
 }
 
-fn act_on_consumer_dead_letters(pool: &mysql::Pool, group: &str, a: &BatchArgs, replay: bool) -> outbox::Result<()> {
+/// `dead-letters replay|discard --consumer-group G`: batched, rate-limited and audited like the
+/// relay's, with the same progress bar; the summary says how many rows changed.
+fn act_on_consumer_dead_letters(
+    pool: &mysql::Pool,
+    group: &str,
+    args: &BatchArgs,
+    action: DeadLetterAction,
+) -> outbox::Result<()> {
     use outbox::consumer::dead_letter::{self as dl, Selection};
-    let which = if a.filter.ids.is_empty() {
+    let which = if args.filter.ids.is_empty() {
         Selection::All
     } else {
-        Selection::Ids(a.filter.ids.clone())
+        Selection::Ids(args.filter.ids.clone())
     };
-    let table = &a.filter.dead_letter_table;
-    let n = if replay {
-        dl::request_replay(pool, table, group, &which, a.dry_run)?
-    } else {
-        dl::discard(pool, table, group, &which, a.dry_run)?
+    let opts = batch_options(args);
+    let bar = progress_bar(opts.dry_run);
+    let mut selected = 0;
+    let n = dl::act_on_dead_letters(
+        pool,
+        &args.filter.dead_letter_table,
+        group,
+        &which,
+        action,
+        &opts,
+        |done, total| {
+            selected = total;
+            bar.set_length(total);
+            bar.set_position(done);
+        },
+    )?;
+    bar.finish_and_clear();
+    let (verb, then) = match action {
+        DeadLetterAction::Replay => ("marked REPLAY", ": the group's running consumers handle them again"),
+        DeadLetterAction::Discard => ("discarded", ""),
     };
-    let verb = if replay {
-        "handed back to the group's consumers for a replay"
-    } else {
-        "discarded"
-    };
-    if a.dry_run {
-        println!("dry run: {n} dead letter(s) of consumer group {group} would be {verb}");
-    } else {
-        println!("{n} dead letter(s) of consumer group {group} {verb}");
+    if opts.dry_run {
+        println!("dry run: {n} dead letter(s) of consumer group {group} would be {verb} (nothing changed)");
+        return Ok(());
     }
+    let left = if n < selected {
+        format!(
+            " ({} of the {selected} selected changed meanwhile and were left alone)",
+            selected - n
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "{n} dead letter(s) of consumer group {group} {verb} by {}{then}{left}",
+        opts.actor
+    );
     Ok(())
 }
 
