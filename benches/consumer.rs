@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use mysql::prelude::Queryable;
 use mysql::{Opts, Pool};
 
-use outbox::consumer::{Consumer, ConsumerConfig, HandlerError, Message, Source};
+use outbox::consumer::{BatchHandler, Consumer, ConsumerConfig, HandlerError, Message, Source};
 use outbox::rocketmq::RocketMqPublisher;
 use outbox::rocketmq::{RocketMqSource, SourceConfig};
 use outbox::{Config, OutboundEvent, Publisher, SendOutcome};
@@ -100,9 +100,26 @@ fn credit(tx: &mut mysql::Transaction<'_>, m: &Message) -> Result<(), HandlerErr
     Ok(())
 }
 
-/// Messages per second from the first message handled to the last, and the database
-/// statements per message.
-fn run(topic: &str, pool: &Pool, n: u64, inbox: bool) -> (f64, u64) {
+/// The batch handler: the batch's credits in one multi-row INSERT.
+struct CreditAll;
+
+impl BatchHandler for CreditAll {
+    fn handle_batch(&self, tx: &mut mysql::Transaction<'_>, msgs: &[Message]) -> Result<(), HandlerError> {
+        let mut sql = String::from("INSERT INTO credits (biz_no, points) VALUES ");
+        let mut params: Vec<mysql::Value> = Vec::with_capacity(msgs.len() * 2);
+        for (i, m) in msgs.iter().enumerate() {
+            sql.push_str(if i == 0 { "(?, ?)" } else { ", (?, ?)" });
+            params.push(m.biz_no().unwrap_or_default().into());
+            params.push((m.offset as i64 % 100).into());
+        }
+        tx.exec_drop(sql, params)?;
+        Ok(())
+    }
+}
+
+/// Messages per second from the first message handled to the last, the duplicates seen, and the
+/// mean messages per transaction.
+fn run(topic: &str, pool: &Pool, n: u64, inbox: bool, batch_max: usize, batch_handler: bool) -> (f64, u64, f64) {
     let group = format!(
         "bench_{}_{:08x}",
         if inbox { "inbox" } else { "plain" },
@@ -111,7 +128,13 @@ fn run(topic: &str, pool: &Pool, n: u64, inbox: bool) -> (f64, u64) {
     let src = RocketMqSource::start(&SourceConfig::new(NAMESRV, topic, &group)).expect("source");
     let mut cfg = ConsumerConfig::new(&group);
     cfg.inbox = inbox;
-    let c = Consumer::start(cfg, pool.clone(), Arc::new(src), Arc::new(credit)).expect("consumer");
+    cfg.batch_max = batch_max;
+    let c = if batch_handler {
+        Consumer::start_batch(cfg, pool.clone(), Arc::new(src), Arc::new(CreditAll))
+    } else {
+        Consumer::start(cfg, pool.clone(), Arc::new(src), Arc::new(credit))
+    }
+    .expect("consumer");
     let end = Instant::now() + Duration::from_secs(600);
     let mut t0 = None;
     loop {
@@ -126,18 +149,21 @@ fn run(topic: &str, pool: &Pool, n: u64, inbox: bool) -> (f64, u64) {
     }
     let secs = t0.map(|t| t.elapsed().as_secs_f64()).unwrap_or(f64::NAN);
     let s = c.stop();
-    (s.processed as f64 / secs, s.duplicates)
+    let per_tx = (s.processed + s.duplicates) as f64 / s.transactions.max(1) as f64;
+    (s.processed as f64 / secs, s.duplicates, per_tx)
 }
 
 fn main() {
     let mut n: u64 = 20_000;
+    let mut only: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--messages" => n = args.next().and_then(|v| v.parse().ok()).expect("--messages N"),
+            "--only" => only.push(args.next().expect("--only TEXT (runs the configurations whose name holds it)")),
             "--bench" => {}
             other => {
-                eprintln!("consumer bench: unknown argument {other:?} (--messages N)");
+                eprintln!("consumer bench: unknown argument {other:?} (--messages N, --only TEXT)");
                 std::process::exit(2);
             }
         }
@@ -150,7 +176,8 @@ fn main() {
         .query_drop(format!("CREATE DATABASE {db}"))
         .unwrap();
     let url = format!("{SERVER}/{db}");
-    let pool = Pool::new(Opts::from_url(&url).unwrap()).unwrap();
+    // The pool the consumer's users get (`outbox::connect`: READ COMMITTED, no reset per checkout).
+    let pool = outbox::connect(&Config::new(&url)).expect("pool");
     outbox::migrate(&pool).unwrap();
     pool.get_conn()
         .unwrap()
@@ -159,19 +186,38 @@ fn main() {
     let topic = format!("OUTBOX_BENCH_CONSUMER_{:08X}", rand::random::<u32>());
     fill(&topic, &url, n);
     let raw = raw_pull(&topic, n);
-    let (plain, _) = run(&topic, &pool, n, false);
-    let (inboxed, dups) = run(&topic, &pool, n, true);
-    let (plain2, _) = run(&topic, &pool, n, false);
     println!();
     println!("consumer throughput, {n} messages, 4 handler threads, same topic, same run");
-    println!("  {:<34} {:>10.0} msg/s", "raw pull (no database)", raw);
-    println!("  {:<34} {:>10.0} msg/s", "runtime without inbox", plain);
-    println!("  {:<34} {:>10.0} msg/s", "runtime with inbox", inboxed);
-    println!("  {:<34} {:>10.0} msg/s", "runtime without inbox (again)", plain2);
-    let base = (plain + plain2) / 2.0;
+    println!("  {:<44} {:>10.0} msg/s", "raw pull (no database)", raw);
+    let mut rows = Vec::new();
+    for (name, inbox, batch, batch_handler) in [
+        ("inbox, batch 1 (one message per transaction)", true, 1, false),
+        ("no inbox, batch 1", false, 1, false),
+        ("inbox, batch 32", true, 32, false),
+        ("inbox, batch 64", true, 64, false),
+        ("inbox, batch 128 (default)", true, 128, false),
+        ("inbox, batch 256", true, 256, false),
+        ("no inbox, batch 128", false, 128, false),
+        ("inbox, batch 128, batch handler", true, 128, true),
+        ("inbox, batch 128 (default, again)", true, 128, false),
+        ("no inbox, batch 128 (again)", false, 128, false),
+    ] {
+        if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+            continue;
+        }
+        let (rate, dups, per_tx) = run(&topic, &pool, n, inbox, batch, batch_handler);
+        println!("  {name:<44} {rate:>10.0} msg/s  {per_tx:>6.1} msg/tx  dups {dups}");
+        rows.push((name, rate));
+    }
+    let rate = |prefix: &str| {
+        let v: Vec<f64> = rows.iter().filter(|(n, _)| n.starts_with(prefix)).map(|(_, r)| *r).collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let (inboxed, plain) = (rate("inbox, batch 128 (default"), rate("no inbox, batch 128"));
     println!(
-        "  inbox / no inbox: {:.0} % (the mark is one more INSERT in the same transaction); duplicates seen {dups}",
-        100.0 * inboxed / base
+        "  inbox / no inbox at batch 128: {:.0} %; batch 128 / batch 1 with the inbox: {:.1}x",
+        100.0 * inboxed / plain,
+        inboxed / rate("inbox, batch 1 ")
     );
     server
         .get_conn()

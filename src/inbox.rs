@@ -35,10 +35,10 @@ use mysql::prelude::Queryable;
 use mysql::{IsolationLevel, Pool, Transaction, TxOpts};
 
 use crate::error::{Error, Result};
-use crate::sql::{bytes_lit, opt_lit};
+use crate::sql::bytes_lit;
 
 /// The inbox table's default name (the one `migrations/V8__create_outbox_inbox.sql` creates).
-pub const DEFAULT_TABLE: &str = "outbox_inbox";
+pub const DEFAULT_TABLE: &str = crate::config::DEFAULT_INBOX_TABLE;
 
 /// How long a processed key is kept by default: 7 days. A key must outlive every way the same
 /// event can come back: RocketMQ redelivers a message a consumer did not acknowledge for hours
@@ -47,7 +47,7 @@ pub const DEFAULT_TABLE: &str = "outbox_inbox";
 /// send that outlives its lease is repeated); and the relay's own dead letters (`outboxd dead-letters replay`) or a replayed RocketMQ
 /// dead-letter queue can send an event again days later. A key deleted before its last copy
 /// arrives lets that copy run the handler a second time.
-pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+pub const DEFAULT_RETENTION: Duration = crate::config::DEFAULT_INBOX_RETENTION;
 
 /// Rows deleted per statement by [`purge_processed`] by default: each batch is its own short
 /// transaction.
@@ -276,14 +276,17 @@ impl Inbox {
             }
         }
         let num = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "NULL".into());
+        // Text as plain hex literals: the bytes of a Rust string are valid UTF-8, which the
+        // utf8mb4 columns take as they are (a `CONVERT` per value costs the batch ~15 %).
+        let text = |v: Option<&str>| v.map_or_else(|| "NULL".to_string(), |s| bytes_lit(s.as_bytes()));
         Ok(format!(
             "({}, {}, {}, {}, {}, {}, NOW(3))",
             bytes_lit(group.as_bytes()),
             bytes_lit(key.as_bytes()),
-            opt_lit(meta.topic.as_deref()),
+            text(meta.topic.as_deref()),
             num(meta.queue_id.map(u64::from)),
             num(meta.queue_offset),
-            opt_lit(meta.msg_id.as_deref()),
+            text(meta.msg_id.as_deref()),
         ))
     }
 }

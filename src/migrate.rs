@@ -67,6 +67,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "create outbox_inbox_dead_letter",
         sql: include_str!("../migrations/V10__create_outbox_inbox_dead_letter.sql"),
     },
+    Migration {
+        version: 11,
+        description: "dead letters by group and key",
+        sql: include_str!("../migrations/V11__dead_letter_group_key_index.sql"),
+    },
 ];
 
 /// What each migration costs a live table, on MariaDB 10.11 (checked with explicit `ALGORITHM`
@@ -93,13 +98,30 @@ pub fn lock_cost(version: u32) -> &'static str {
         8 => "CREATE TABLE IF NOT EXISTS outbox_inbox: instant; nothing if the table exists",
         9 => "ADD COLUMN event_key (nullable, last), ALGORITHM=INSTANT: instant on any table",
         10 => "CREATE TABLE IF NOT EXISTS outbox_inbox_dead_letter: instant; nothing if the table exists",
+        11 => "ADD INDEX IF NOT EXISTS on outbox_inbox_dead_letter, ALGORITHM=INPLACE, LOCK=NONE: writes go on",
         _ => "not documented",
     }
 }
 
+/// The statements of migration `version` (written for `default_table`), with their comments
+/// removed, for `table` (already validated): how a table of another name gets the same DDL (the
+/// inbox, the consumer's dead letters).
+pub(crate) fn table_ddl(version: u32, default_table: &str, table: &str) -> Vec<String> {
+    let m = MIGRATIONS
+        .iter()
+        .find(|m| m.version == version)
+        .expect("a migration of this version exists");
+    statements(m.sql)
+        .into_iter()
+        .map(|s| {
+            debug_assert!(s.contains(default_table));
+            s.replace(&format!(" {default_table} "), &format!(" {table} "))
+        })
+        .collect()
+}
+
 /// The `CREATE TABLE IF NOT EXISTS` of migration `version` (which creates `default_table`), with
-/// its comments removed, for `table` (already validated): how a table of another name gets the
-/// same DDL (the inbox, the consumer's dead letters).
+/// its comments removed, for `table` (already validated).
 pub(crate) fn create_table_ddl(version: u32, default_table: &str, table: &str) -> String {
     let m = MIGRATIONS
         .iter()

@@ -164,7 +164,7 @@ typedef enum outbox_param_kind {
 typedef struct outbox_conf outbox_conf;
 
 /**
- * A running consumer (`outbox_consumer_start`).
+ * A consumer (`outbox_consumer_start`): running, or stopped with its final counts.
  */
 typedef struct outbox_consumer outbox_consumer;
 
@@ -251,16 +251,42 @@ typedef struct outbox_message {
 /**
  * The consumer's handler: runs once per new key, inside the consumer's transaction `tx` (use it
  * with `outbox_tx_execute` / `outbox_tx_query_int64`; do not commit, roll back or free it).
- * Return 0 to commit the work with the inbox mark; non-zero to roll both back, and optionally
- * write why into `err` (`err_size` bytes, NUL-terminated): the message is retried with backoff,
- * then parked in the dead-letter table. It runs on the consumer's threads, several at once:
- * it must be thread-safe.
+ * Returns:
+ * - 0 to commit the work with the inbox mark;
+ * - a retriable `outbox_result` (`outbox_result_is_retriable`: `OUTBOX_ERR_DATABASE`, which a
+ *   failing `outbox_tx_execute` returns for a lock wait timeout, a deadlock or a lost connection;
+ *   `OUTBOX_ERR_POOL_TIMEOUT`; `OUTBOX_ERR_PUBLISHER`) to roll back and retry after a backoff
+ *   **without using an attempt** (a statement through `tx` that failed that way during the call
+ *   makes any non-zero return transient too);
+ * - any other non-zero value to roll back and retry with backoff, using an attempt: after
+ *   `consumer.max.attempts` the message is parked in the dead-letter table.
+ *
+ * Optionally write why into `err` (`err_size` bytes, NUL-terminated). With batching on
+ * (`consumer.batch.max` above 1), the messages waiting share one transaction: the callback runs
+ * once per new message, in queue order, then one commit; a non-zero return rolls the batch back
+ * and it is handled again one message per transaction. It runs on the consumer's threads,
+ * several at once: it must be thread-safe.
  */
 typedef int (*outbox_consume_cb)(void *user_data,
                                  struct outbox_tx *tx,
                                  const struct outbox_message *message,
                                  char *err,
                                  size_t err_size);
+
+/**
+ * The consumer's batch handler (`outbox_consumer_start_batch`): runs once per batch with its
+ * `count` new messages (duplicates left out), in queue order, inside the consumer's transaction
+ * `tx`, for handlers that write many rows in one statement. Returns as `outbox_consume_cb`; a
+ * non-zero return rolls the batch back and the callback is called again with one message at a
+ * time, so only the failing message is retried and parked. `messages` is valid only during the
+ * call.
+ */
+typedef int (*outbox_consume_batch_cb)(void *user_data,
+                                       struct outbox_tx *tx,
+                                       const struct outbox_message *messages,
+                                       size_t count,
+                                       char *err,
+                                       size_t err_size);
 
 /**
  * Receives one log record. `target` is the module that logged (`outbox::relay`,
@@ -423,10 +449,17 @@ enum outbox_result outbox_inbox_mark(struct outbox_tx *tx,
 /**
  * Starts a consumer of `topic` for `consumer_group`: it subscribes with RocketMQ
  * (`rocketmq.namesrv` of `conf`), and for each message runs `handler` in a transaction on
- * `db.url` that also holds the message's inbox mark (`outbox_inbox`; dead letters go to
- * `outbox_inbox_dead_letter`: run `outbox_migrate` first). Offsets are committed only after the
- * transaction commits. `conf` is only read (free it yourself). Needs the library built with the
- * `rocketmq` feature, else `OUTBOX_ERR_PUBLISHER`. `errstr` as in `outbox_start`.
+ * `db.url` that also holds the message's inbox mark. The `consumer.*` and `inbox.*` keys of
+ * `conf` set how (threads, batch size, attempts, backoff, the inbox and dead-letter tables,
+ * retention; `outboxd config example` lists them). The database is checked first (reachable,
+ * the inbox and dead-letter tables present: run `outbox_migrate`), so a start that cannot work
+ * fails at once, naming why. Offsets are committed only after the transaction commits. `conf` is
+ * only read (free it yourself). Needs the library built with the `rocketmq` feature, else
+ * `OUTBOX_ERR_PUBLISHER`. `errstr` as in `outbox_start`.
+ *
+ * A name server or broker that cannot be reached does not fail the start (it may be starting
+ * too): the consumer keeps trying, says why at WARN (at most every 30 s), and reports it in
+ * `outbox_consumer_stats` (`"healthy": false`, `"unhealthy"`: the reason).
  *
  * Thread safety: safe from any thread.
  */
@@ -440,11 +473,28 @@ enum outbox_result outbox_consumer_start(const struct outbox_conf *conf,
                                          size_t errstr_size);
 
 /**
- * Writes the consumer's counters as JSON into `buf` (`received`, `processed`, `duplicates`,
- * `failed_attempts`, `dead_lettered`, `replayed`, `db_errors`, `fallback_keys`, `in_flight`,
- * `lag` (null until known)). Buffer convention as in `outbox_stats`.
+ * Like `outbox_consumer_start`, with a batch handler given each batch's new messages at once.
  *
- * Thread safety: safe from any thread, except concurrently with `outbox_consumer_free`.
+ * Thread safety: safe from any thread.
+ */
+enum outbox_result outbox_consumer_start_batch(const struct outbox_conf *conf,
+                                               const char *topic,
+                                               const char *consumer_group,
+                                               outbox_consume_batch_cb handler,
+                                               void *user_data,
+                                               struct outbox_consumer **out_consumer,
+                                               char *errstr,
+                                               size_t errstr_size);
+
+/**
+ * Writes the consumer's counters as JSON into `buf`: `received`, `processed`, `duplicates`,
+ * `failed_attempts`, `dead_lettered`, `parked_copies`, `replayed`, `db_errors`,
+ * `fallback_keys`, `transactions`, `batch_fallbacks`, `in_flight`, `lag` (null until known),
+ * `healthy`, `unhealthy` (why not, or null) and `stopped`. After `outbox_consumer_stop` it
+ * reports the final counts (`"stopped": true`). Buffer convention as in `outbox_stats`.
+ *
+ * Thread safety: safe from any thread, except concurrently with `outbox_consumer_stop` or
+ * `outbox_consumer_free`.
  */
 enum outbox_result outbox_consumer_stats(const struct outbox_consumer *consumer,
                                          char *buf,
@@ -452,9 +502,11 @@ enum outbox_result outbox_consumer_stats(const struct outbox_consumer *consumer,
                                          size_t *out_needed);
 
 /**
- * Stops the consumer: no new messages, each handler thread finishes the message in hand,
- * offsets are committed and stored, the consumer leaves its group. Blocks until then.
- * Afterwards only `outbox_consumer_free` is allowed. Stopping twice: `OUTBOX_ERR_STOPPED`.
+ * Stops the consumer: no new messages, each handler thread finishes the messages in hand,
+ * offsets are committed and stored, the consumer leaves its group. Blocks until then (bounded:
+ * the broker side's shutdown is given at most a few seconds). Afterwards `outbox_consumer_stats`
+ * reports the final counts and only `outbox_consumer_free` does anything else. Stopping twice:
+ * `OUTBOX_ERR_STOPPED`.
  *
  * Thread safety: not concurrently with other calls on the same consumer.
  */
@@ -682,8 +734,12 @@ enum outbox_result outbox_tx_begin(const struct outbox_relay *relay, struct outb
  * placeholders; `params` holds `nparams` values bound to them in order (never interpolated;
  * `params` may be NULL when `nparams` is 0). On success writes the affected row count and the
  * last insert id (0 when none) into `out_affected` and `out_last_insert_id`, each of which may
- * be NULL when not wanted. Do not run COMMIT, ROLLBACK or START TRANSACTION through it.
- * A statement the database refuses is `OUTBOX_ERR_STATEMENT`; the transaction stays open.
+ * be NULL when not wanted. A statement that would end the transaction (COMMIT, ROLLBACK,
+ * BEGIN, START TRANSACTION, SET autocommit, XA, LOCK/UNLOCK TABLES, and on a consumer's
+ * transaction also DDL, which commits implicitly) is refused with `OUTBOX_ERR_INVALID_ARGUMENT`
+ * naming it, and nothing runs. A statement the database refuses is `OUTBOX_ERR_STATEMENT` (or
+ * `OUTBOX_ERR_DATABASE` when transient: a lock wait timeout, a deadlock, a lost connection);
+ * the transaction stays open.
  *
  * Thread safety: not thread-safe for the same tx (one call at a time, from any thread).
  */

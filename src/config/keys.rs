@@ -7,7 +7,9 @@ use std::time::Duration;
 use super::parse::{
     boolean, choice, fraction, int, millis, namesrv, optional, printable, redact_url, table_name, topic,
 };
+use super::consumer::{RETENTION_TOO_SHORT};
 use super::typed::*;
+use super::{StartFrom, MAX_BATCH_MAX, MIN_INBOX_RETENTION};
 use crate::error::ConfigError;
 
 /// One configuration key: its name and what it means. Defaults come from [`Config::default`].
@@ -69,6 +71,21 @@ keys! {
     "log.level" => "off, error, warn, info, debug or trace: the library's log threshold in this process, applied when a relay starts (empty leaves it; the default is info, no line per event)",
     "db.pool.wait.ms" => "how long a library-owned transaction's begin waits for a free pool connection before failing with a pool timeout (0 waits forever)",
     "metrics.listen" => "outboxd only: host:port of the Prometheus /metrics and /healthz endpoint (empty = off)",
+    "consumer.threads" => "consumer: handler threads, each with its own database connection; a queue always goes to the same thread",
+    "consumer.batch.max" => "consumer: most messages one handler transaction takes (the messages waiting, never waiting for more); 1 = one message per transaction",
+    "consumer.max.attempts" => "consumer: handler attempts per message before it is parked in the dead-letter table",
+    "consumer.backoff.initial.ms" => "consumer: wait after a handler's first failure, doubling per attempt",
+    "consumer.backoff.max.ms" => "consumer: longest wait between attempts",
+    "consumer.queue.capacity" => "consumer: messages waiting per handler thread before the poller waits",
+    "consumer.persist.interval.ms" => "consumer: how often committed offsets are also stored with the broker (and at stop)",
+    "consumer.replay.interval.ms" => "consumer: how often the group's dead letters asked for replay are looked for",
+    "consumer.inbox" => "consumer: mark each event key in the inbox in the handler's transaction (false: every copy runs the handler; only for handlers idempotent by themselves)",
+    "consumer.start.from" => "consumer: where a new group starts in its topic: first (every message the broker has) or last (only messages sent after it subscribed)",
+    "consumer.pull.batch" => "consumer: messages per pull request to the broker",
+    "inbox.table" => "consumer: the inbox table (letters, digits, underscore)",
+    "inbox.dead_letter.table" => "consumer: the consumer's dead-letter table (letters, digits, underscore)",
+    "inbox.retention.ms" => "consumer: marks older than this are deleted (0 keeps them; at least 1 h: the broker redelivers for hours)",
+    "inbox.retention.interval.ms" => "consumer: delay between retention rounds over the marks",
 }
 
 /// Keys whose values are secrets: shown as `***` by [`Config::get_redacted`].
@@ -215,6 +232,29 @@ impl Config {
                 let ms: u64 = int(key, v, 0, 86_400_000)?;
                 self.db_pool_wait = (ms > 0).then(|| Duration::from_millis(ms));
             }
+            "consumer.threads" => self.consumer.threads = int(key, v, 1, 256)?,
+            "consumer.batch.max" => self.consumer.batch_max = int(key, v, 1, MAX_BATCH_MAX)?,
+            "consumer.max.attempts" => self.consumer.max_attempts = int(key, v, 1, 1000)?,
+            "consumer.backoff.initial.ms" => self.consumer.backoff_initial = millis(key, v, 1, 3_600_000)?,
+            "consumer.backoff.max.ms" => self.consumer.backoff_max = millis(key, v, 1, 86_400_000)?,
+            "consumer.queue.capacity" => self.consumer.queue_capacity = int(key, v, 1, 100_000)?,
+            "consumer.persist.interval.ms" => self.consumer.persist_interval = millis(key, v, 1, 3_600_000)?,
+            "consumer.replay.interval.ms" => self.consumer.replay_interval = millis(key, v, 1, 3_600_000)?,
+            "consumer.inbox" => self.consumer.inbox = boolean(key, v)?,
+            "consumer.start.from" => {
+                self.consumer.start_from = choice(key, v, &[("first", StartFrom::First), ("last", StartFrom::Last)])?
+            }
+            "consumer.pull.batch" => self.consumer.pull_batch = int(key, v, 1, 1024)?,
+            "inbox.table" => self.consumer.inbox_table = table_name(key, v)?,
+            "inbox.dead_letter.table" => self.consumer.dead_letter_table = table_name(key, v)?,
+            "inbox.retention.ms" => {
+                let keep = millis(key, v, 0, 10 * 365 * 86_400_000)?;
+                if !keep.is_zero() && keep < MIN_INBOX_RETENTION {
+                    return Err(ConfigError::invalid(key, v, RETENTION_TOO_SHORT));
+                }
+                self.consumer.retention = (!keep.is_zero()).then_some(keep);
+            }
+            "inbox.retention.interval.ms" => self.consumer.retention_interval = millis(key, v, 1, 86_400_000)?,
             "metrics.listen" => {
                 self.metrics_listen = if v.is_empty() {
                     None
@@ -309,6 +349,25 @@ impl Config {
                 .map(|l| l.as_str().to_ascii_lowercase())
                 .unwrap_or_default(),
             "db.pool.wait.ms" => self.db_pool_wait.map(|d| d.as_millis()).unwrap_or(0).to_string(),
+            "consumer.threads" => self.consumer.threads.to_string(),
+            "consumer.batch.max" => self.consumer.batch_max.to_string(),
+            "consumer.max.attempts" => self.consumer.max_attempts.to_string(),
+            "consumer.backoff.initial.ms" => ms(&self.consumer.backoff_initial),
+            "consumer.backoff.max.ms" => ms(&self.consumer.backoff_max),
+            "consumer.queue.capacity" => self.consumer.queue_capacity.to_string(),
+            "consumer.persist.interval.ms" => ms(&self.consumer.persist_interval),
+            "consumer.replay.interval.ms" => ms(&self.consumer.replay_interval),
+            "consumer.inbox" => self.consumer.inbox.to_string(),
+            "consumer.start.from" => match self.consumer.start_from {
+                StartFrom::First => "first",
+                StartFrom::Last => "last",
+            }
+            .into(),
+            "consumer.pull.batch" => self.consumer.pull_batch.to_string(),
+            "inbox.table" => self.consumer.inbox_table.clone(),
+            "inbox.dead_letter.table" => self.consumer.dead_letter_table.clone(),
+            "inbox.retention.ms" => self.consumer.retention.map(|d| d.as_millis()).unwrap_or(0).to_string(),
+            "inbox.retention.interval.ms" => ms(&self.consumer.retention_interval),
             _ => return None,
         })
     }

@@ -215,6 +215,9 @@ pub struct Config {
     /// How long `outbox_tx_begin` (and the bindings' `begin`) waits for a free pool connection
     /// (`db.pool.wait.ms`); `None` waits as long as it takes.
     pub db_pool_wait: Option<Duration>,
+    /// The consumer runtime's settings (`consumer.*`, `inbox.*`), for the hosts that start a
+    /// consumer from this configuration (the C ABI, Java, Go); the group is given at its start.
+    pub consumer: super::ConsumerConfig,
 }
 
 impl Default for Config {
@@ -269,6 +272,7 @@ impl Default for Config {
             explicit: ExplicitKeys::default(),
             log_level: None,
             db_pool_wait: Some(Duration::from_secs(30)),
+            consumer: super::ConsumerConfig::default(),
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::sql::{bytes_lit, id_list, lit, opt_lit};
 
 /// The default table name (the one `migrations/V10__create_outbox_inbox_dead_letter.sql` creates).
-pub use super::config::DEFAULT_DEAD_LETTER_TABLE as DEFAULT_TABLE;
+pub use crate::config::DEFAULT_DEAD_LETTER_TABLE as DEFAULT_TABLE;
 
 /// Status of a parked message.
 pub const DEAD: &str = "DEAD";
@@ -51,24 +51,80 @@ pub struct InboxDeadLetter {
 /// Creates the dead-letter table `table` if it does not exist (V10's DDL with the name replaced).
 pub fn migrate_dead_letter(pool: &Pool, table: &str) -> Result<()> {
     let table = crate::config::table_name("inbox.dead_letter.table", table)?;
-    let ddl = crate::migrate::create_table_ddl(10, DEFAULT_TABLE, &table);
-    pool.get_conn()?.query_drop(&ddl).map_err(|e| Error::Migration {
-        version: 10,
-        description: format!("create consumer dead-letter table {table}"),
-        reason: crate::error::describe_db(&e),
-    })
+    let mut conn = pool.get_conn()?;
+    let create = crate::migrate::create_table_ddl(10, DEFAULT_TABLE, &table);
+    let index = crate::migrate::table_ddl(11, DEFAULT_TABLE, &table);
+    for (version, ddl) in std::iter::once((10, create)).chain(index.into_iter().map(|s| (11, s))) {
+        conn.query_drop(&ddl).map_err(|e| Error::Migration {
+            version,
+            description: format!("consumer dead-letter table {table}"),
+            reason: crate::error::describe_db(&e),
+        })?;
+    }
+    Ok(())
 }
 
-/// Parks `msg` in `table` for `group` after `attempts` failed attempts (its own statement; the
-/// caller commits).
-pub(crate) fn insert<Q: Queryable>(
-    q: &mut Q,
+/// What [`park`] did with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Parked {
+    /// A new dead letter, with this id.
+    New(u64),
+    /// The key already had a DEAD row (this id): the copy was added to it (attempts and the last
+    /// error), not parked twice.
+    Copy(u64),
+}
+
+/// The DEAD row of `group`'s `key`, if the key is parked: a copy of it that fails is added to
+/// that row rather than parked again ([`park`]).
+pub(crate) fn parked_id<Q: Queryable>(q: &mut Q, table: &str, group: &str, key: &str) -> Result<Option<u64>> {
+    Ok(q.query_first(parked_sql(table, group, key, ""))?)
+}
+
+fn parked_sql(table: &str, group: &str, key: &str, lock: &str) -> String {
+    format!(
+        "SELECT id FROM {table} FORCE INDEX (idx_dead_letter_group_key) \
+         WHERE consumer_group = {} AND event_key = {} AND status = '{DEAD}' ORDER BY id LIMIT 1{lock}",
+        bytes_lit(group.as_bytes()),
+        bytes_lit(cut_bytes(key, crate::inbox::MAX_KEY_BYTES).as_bytes()),
+    )
+}
+
+/// Parks `msg` in `table` for `group` after `attempts` failed attempts, in one transaction: when
+/// the key already has a DEAD row (an earlier copy parked), this copy's attempts and error are
+/// added to it; otherwise a new row holds the message. The locking read makes two consumers
+/// parking copies of one key at once wait on each other, so the key gets one row.
+pub(crate) fn park(
+    conn: &mut mysql::PooledConn,
     table: &str,
     group: &str,
     msg: &Message,
     attempts: u32,
     error: &str,
-) -> Result<()> {
+) -> Result<Parked> {
+    let mut tx = conn.start_transaction(mysql::TxOpts::default())?;
+    let existing: Option<u64> = tx.query_first(parked_sql(table, group, &msg.key, " FOR UPDATE"))?;
+    let parked = match existing {
+        Some(id) => {
+            tx.query_drop(format!(
+                "UPDATE {table} SET attempts = attempts + {attempts}, last_error = {} WHERE id = {id}",
+                lit(&cut_chars(
+                    &format!("{error} (a later copy, at {}:{})", msg.queue, msg.offset),
+                    MAX_ERROR_CHARS
+                ))
+            ))?;
+            Parked::Copy(id)
+        }
+        None => {
+            insert(&mut tx, table, group, msg, attempts, error)?;
+            Parked::New(tx.last_insert_id().unwrap_or(0))
+        }
+    };
+    tx.commit()?;
+    Ok(parked)
+}
+
+/// A new DEAD row holding `msg` (its own statement; the caller commits).
+fn insert<Q: Queryable>(q: &mut Q, table: &str, group: &str, msg: &Message, attempts: u32, error: &str) -> Result<()> {
     let props = serde_json::to_string(&msg.properties).expect("a map of strings serialises");
     let key = cut_bytes(&msg.key, crate::inbox::MAX_KEY_BYTES);
     q.query_drop(format!(

@@ -8,10 +8,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use mysql::{Transaction, TxOpts};
 
 use super::dead_letter;
-use super::handler::HandlerError;
+use super::handler::{HandlerError, Transient};
 use super::message::Message;
 use super::shared::Inner;
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::inbox::MessageMeta;
 
 /// What became of a message in a handler thread.
@@ -24,8 +24,10 @@ pub(super) enum Done {
 }
 
 pub(super) enum Failure {
-    /// Database trouble (retried without an attempt).
-    Db(Error),
+    /// Not the message's fault: database trouble (a lost connection, a lock wait timeout, a
+    /// deadlock, also inside the handler), or a handler's [`Transient`]. Retried after a backoff
+    /// without using an attempt.
+    Transient(String),
     /// The handler failed (an attempt), or the message cannot be marked at all (`poison`).
     Handler { error: String, poison: bool },
 }
@@ -126,11 +128,14 @@ pub(super) fn handle_message(inner: &Inner, msg: &Message) -> Done {
                 inner.counters.duplicates.fetch_add(1, Relaxed);
                 return Done::Duplicate;
             }
-            Err(Failure::Db(e)) => {
+            Err(Failure::Transient(e)) => {
                 inner.counters.db_errors.fetch_add(1, Relaxed);
                 db_failures += 1;
                 inner.warn("db", || {
-                    format!("database failure handling {} (retrying): {e}", msg.queue)
+                    format!(
+                        "transient failure handling {} (retrying without using an attempt): {e}",
+                        msg.queue
+                    )
                 });
                 if !inner.pause(inner.config.backoff(db_failures)) {
                     return Done::Abandoned;
@@ -139,7 +144,9 @@ pub(super) fn handle_message(inner: &Inner, msg: &Message) -> Done {
             Err(Failure::Handler { error, poison }) => {
                 attempts += 1;
                 inner.counters.failed_attempts.fetch_add(1, Relaxed);
-                if poison || attempts >= inner.config.max_attempts {
+                // A copy of a key that is parked already (a resend, a redelivery) joins its dead
+                // letter after this one attempt, instead of using them all and parking again.
+                if poison || attempts >= inner.config.max_attempts || (attempts == 1 && already_parked(inner, msg)) {
                     return park(inner, msg, attempts, &error);
                 }
                 inner.warn("handler", || {
@@ -156,14 +163,29 @@ pub(super) fn handle_message(inner: &Inner, msg: &Message) -> Done {
     }
 }
 
-/// Parks the message in the dead-letter table (retrying database failures until it is stored or
-/// the consumer stops).
+/// Whether the message's key has a dead letter already (a failed lookup says no: the message
+/// then runs its attempts as any other).
+fn already_parked(inner: &Inner, msg: &Message) -> bool {
+    let found = inner.pool.get_conn().map_err(Error::from).and_then(|mut c| {
+        dead_letter::parked_id(&mut c, &inner.config.dead_letter_table, &inner.config.group, &msg.key)
+    });
+    match found {
+        Ok(id) => id.is_some(),
+        Err(e) => {
+            inner.counters.db_errors.fetch_add(1, Relaxed);
+            inner.warn("park", || format!("could not look for a dead letter of key {:?}: {e}", msg.key));
+            false
+        }
+    }
+}
+
+/// Parks the message in the dead-letter table, or adds it to its key's dead letter (retrying
+/// database failures until it is stored or the consumer stops).
 fn park(inner: &Inner, msg: &Message, attempts: u32, error: &str) -> Done {
     let mut failures = 0;
     loop {
-        let stored = (|| -> Result<()> {
-            let mut conn = inner.pool.get_conn()?;
-            dead_letter::insert(
+        let stored = inner.pool.get_conn().map_err(Error::from).and_then(|mut conn| {
+            dead_letter::park(
                 &mut conn,
                 &inner.config.dead_letter_table,
                 &inner.config.group,
@@ -171,18 +193,29 @@ fn park(inner: &Inner, msg: &Message, attempts: u32, error: &str) -> Done {
                 attempts,
                 error,
             )
-        })();
+        });
         match stored {
-            Ok(()) => {
+            Ok(dead_letter::Parked::New(id)) => {
                 inner.counters.dead_lettered.fetch_add(1, Relaxed);
                 log::error!(
-                    "consumer {}: key {:?} at {}:{} parked in {} after {attempts} attempt(s): {error}",
+                    "consumer {}: key {:?} at {}:{} parked in {} (id {id}) after {attempts} attempt(s): {error}",
                     inner.config.group,
                     msg.key,
                     msg.queue,
                     msg.offset,
                     inner.config.dead_letter_table
                 );
+                return Done::DeadLettered;
+            }
+            Ok(dead_letter::Parked::Copy(id)) => {
+                inner.counters.parked_copies.fetch_add(1, Relaxed);
+                inner.warn("parked copy", || {
+                    format!(
+                        "a copy of parked key {:?} at {}:{} failed too: added to dead letter {id} in {} \
+                         (replay it once the cause is fixed)",
+                        msg.key, msg.queue, msg.offset, inner.config.dead_letter_table
+                    )
+                });
                 return Done::DeadLettered;
             }
             Err(e) => {
@@ -200,10 +233,10 @@ fn park(inner: &Inner, msg: &Message, attempts: u32, error: &str) -> Done {
 /// One attempt: mark, handler, commit, in one transaction. `Ok(true)`: processed; `Ok(false)`:
 /// a duplicate.
 fn attempt(inner: &Inner, msg: &Message) -> std::result::Result<bool, Failure> {
-    let mut conn = inner.pool.get_conn().map_err(|e| Failure::Db(e.into()))?;
+    let mut conn = inner.pool.get_conn().map_err(|e| Failure::Transient(e.to_string()))?;
     let tx = conn
         .start_transaction(TxOpts::default())
-        .map_err(|e| Failure::Db(e.into()))?;
+        .map_err(|e| Failure::Transient(e.to_string()))?;
     run_in(inner, tx, msg, None)
 }
 
@@ -217,7 +250,7 @@ pub(super) fn run_in(
 ) -> std::result::Result<bool, Failure> {
     let db = |e: Error| {
         if e.is_retriable() {
-            Failure::Db(e)
+            Failure::Transient(e.to_string())
         } else {
             Failure::Handler {
                 error: e.to_string(),
@@ -251,15 +284,17 @@ pub(super) fn run_in(
     }
     // A failed commit is a database failure whatever it says: if it did commit, the next attempt
     // finds the mark and counts a duplicate.
-    tx.commit().map_err(|e| Failure::Db(e.into()))?;
+    tx.commit().map_err(|e| Failure::Transient(e.to_string()))?;
     inner.counters.transactions.fetch_add(1, Relaxed);
     Ok(new)
 }
 
-/// A handler error: a transient database error (ours or the driver's) is retried without an
-/// attempt; anything else uses one.
+/// A handler error: a transient database error (ours or the driver's) or a [`Transient`] is
+/// retried without an attempt; anything else uses one.
 fn classify_handler_error(e: HandlerError) -> Failure {
-    let retriable = if let Some(e) = e.downcast_ref::<Error>() {
+    let retriable = if e.downcast_ref::<Transient>().is_some() {
+        true
+    } else if let Some(e) = e.downcast_ref::<Error>() {
         e.is_retriable()
     } else if let Some(e) = e.downcast_ref::<mysql::Error>() {
         crate::error::is_transient_db_error(e)
@@ -267,7 +302,7 @@ fn classify_handler_error(e: HandlerError) -> Failure {
         false
     };
     if retriable {
-        Failure::Db(Error::Publisher(format!("handler: {e}")))
+        Failure::Transient(format!("the handler failed: {e}"))
     } else {
         Failure::Handler {
             error: e.to_string(),

@@ -10,6 +10,22 @@ use super::message::Message;
 /// [`crate::Error::is_retriable`]) are retried without using an attempt.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A handler's failure that is not the message's fault and should not use an attempt: the
+/// message is rolled back and tried again after a backoff, as a transient database error is (a
+/// lock wait timeout or a deadlock inside the handler, a connection lost). Return it (boxed, as
+/// a [`HandlerError`]) for a dependency that is down for a while; a handler that always returns
+/// it keeps its queue waiting (loudly: a WARN every 10 s, and `db_errors` in the stats).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transient(pub String);
+
+impl std::fmt::Display for Transient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (transient)", self.0)
+    }
+}
+
+impl std::error::Error for Transient {}
+
 /// The service's code for one message, run inside the transaction that holds its inbox mark.
 /// Write through `tx` only: what the handler does elsewhere (HTTP calls, files) is not undone by
 /// a rollback and may happen more than once.

@@ -7,7 +7,7 @@
 //!
 //! One file per concern: [`Message`] in `message.rs`, [`Source`] in `source.rs`, [`Handler`] in
 //! `handler.rs`;
-//! [`ConsumerConfig`] in `config.rs`; [`ConsumerStats`] in `stats.rs`; the [`Consumer`] with its
+//! [`ConsumerConfig`] in `crate::config` (its `consumer.*` keys); [`ConsumerStats`] in `stats.rs`; the [`Consumer`] with its
 //! poller and handler threads in `runtime.rs`; one message's transaction, retries and parking in
 //! `handle.rs`; dead-letter replay and mark retention in `replay.rs`; the dead-letter table's
 //! statements in `dead_letter.rs`.
@@ -28,9 +28,9 @@
 //! parked. A consumer killed before that gets the message again from the broker; the inbox turns
 //! the copy into a duplicate.
 
-mod config;
 pub mod dead_letter;
 mod handle;
+mod health;
 mod handler;
 mod message;
 mod replay;
@@ -39,8 +39,8 @@ mod shared;
 mod source;
 mod stats;
 
-pub use config::ConsumerConfig;
-pub use handler::{BatchHandler, Handler, HandlerError};
+pub use crate::config::{ConsumerConfig, StartFrom};
+pub use handler::{BatchHandler, Handler, HandlerError, Transient};
 pub use message::{KeySource, Message, QueueRef, EVENT_KEY_PROPERTY};
 pub use runtime::Consumer;
 pub use source::Source;

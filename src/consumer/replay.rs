@@ -9,7 +9,7 @@ use mysql::TxOpts;
 use super::dead_letter;
 use super::handle::{run_in, Failure};
 use super::shared::Inner;
-use crate::error::Result;
+use crate::error::Error;
 
 /// Handles the group's dead letters an operator asked to replay, one per transaction; and
 /// deletes marks past their retention.
@@ -47,13 +47,17 @@ pub(super) fn replay_loop(inner: &Inner) {
     }
 }
 
-/// Takes one REPLAY row and handles it; false when there was none.
-fn replay_one(inner: &Inner) -> Result<bool> {
+/// Takes one REPLAY row and handles it; false when there was none. `Err` says why it could not
+/// (the row stays REPLAY and is taken again later).
+fn replay_one(inner: &Inner) -> std::result::Result<bool, String> {
     let table = &inner.config.dead_letter_table;
-    let mut conn = inner.pool.get_conn()?;
-    let mut tx = conn.start_transaction(TxOpts::default())?;
-    let Some((id, msg, attempts)) = dead_letter::take_replay(&mut tx, table, &inner.config.group)? else {
-        tx.commit()?;
+    let text = |e: Error| e.to_string();
+    let mut conn = inner.pool.get_conn().map_err(|e| text(e.into()))?;
+    let mut tx = conn
+        .start_transaction(TxOpts::default())
+        .map_err(|e| text(e.into()))?;
+    let Some((id, msg, attempts)) = dead_letter::take_replay(&mut tx, table, &inner.config.group).map_err(text)? else {
+        tx.commit().map_err(|e| text(e.into()))?;
         return Ok(false);
     };
     match run_in(inner, tx, &msg, Some(id)) {
@@ -70,7 +74,7 @@ fn replay_one(inner: &Inner) -> Result<bool> {
             );
             Ok(true)
         }
-        Err(Failure::Db(e)) => Err(e),
+        Err(Failure::Transient(e)) => Err(e),
         Err(Failure::Handler { error, .. }) => {
             inner.counters.failed_attempts.fetch_add(1, Relaxed);
             log::error!(
@@ -79,7 +83,7 @@ fn replay_one(inner: &Inner) -> Result<bool> {
                 msg.key,
                 attempts + 1
             );
-            dead_letter::failed_again(&inner.pool, table, id, &error)?;
+            dead_letter::failed_again(&inner.pool, table, id, &error).map_err(text)?;
             Ok(true)
         }
     }

@@ -14,8 +14,9 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use mysql::Pool;
 use parking_lot::Mutex;
 
-use super::config::ConsumerConfig;
+use crate::config::ConsumerConfig;
 use super::handle::handle_batch;
+use super::health::{Health, Seen};
 use super::handler::{BatchHandler, Handler, Handling};
 use super::message::{KeySource, Message, QueueRef};
 use super::replay::replay_loop;
@@ -74,6 +75,7 @@ impl Consumer {
     /// [`Consumer::check`]; also whether the server has `INSERT ... RETURNING`.
     fn check_database(config: &ConsumerConfig, pool: &Pool) -> Result<bool> {
         use mysql::prelude::Queryable;
+        crate::inbox::check_group(&config.group)?;
         config.validate()?;
         let mut conn = pool.get_conn()?;
         conn.query_drop(format!("SELECT 1 FROM {} LIMIT 0", config.inbox_table))?;
@@ -96,6 +98,7 @@ impl Consumer {
                 ..Counters::default()
             },
             done: Mutex::new(HashMap::new()),
+            health: Health::default(),
             stop_rx,
             warned: Mutex::new(HashMap::new()),
         });
@@ -137,7 +140,7 @@ impl Consumer {
     }
 
     pub fn stats(&self) -> ConsumerStats {
-        self.inner.counters.snapshot()
+        self.inner.counters.snapshot(self.inner.health.problem())
     }
 
     /// Stops taking messages, lets each handler thread finish the message in hand (the others
@@ -145,7 +148,7 @@ impl Consumer {
     /// and leaves the group. Returns the final counters.
     pub fn stop(mut self) -> ConsumerStats {
         self.shutdown();
-        self.inner.counters.snapshot()
+        self.inner.counters.snapshot(self.inner.health.problem())
     }
 
     fn shutdown(&mut self) {
@@ -159,7 +162,7 @@ impl Consumer {
         }
         flush_offsets(&self.inner, true);
         self.inner.source.shutdown();
-        let s = self.inner.counters.snapshot();
+        let s = self.inner.counters.snapshot(self.inner.health.problem());
         log::info!(
             "consumer {} stopped: {} received, {} processed, {} duplicates, {} dead-lettered",
             self.inner.config.group,
@@ -192,12 +195,20 @@ fn queue_thread(queue: &QueueRef, threads: usize) -> usize {
     (h.finish() % threads as u64) as usize
 }
 
+/// How often the poller reads the lag and takes stock of the consumer's health.
+const CHECK_EVERY: Duration = Duration::from_secs(5);
+
 fn poll_loop(inner: &Inner, senders: Vec<Sender<Message>>) {
     let mut last_persist = Instant::now();
-    let mut last_lag = Instant::now() - Duration::from_secs(60);
+    let mut last_check: Option<Instant> = None;
+    let mut last_arrival = Instant::now();
     'outer: while !inner.stopping() {
         match inner.source.poll(Duration::from_millis(100)) {
             Ok(batch) => {
+                inner.health.poll_succeeded();
+                if !batch.is_empty() {
+                    last_arrival = Instant::now();
+                }
                 for msg in batch {
                     inner.counters.received.fetch_add(1, Relaxed);
                     if msg.key_source != KeySource::EventKey {
@@ -229,6 +240,7 @@ fn poll_loop(inner: &Inner, senders: Vec<Sender<Message>>) {
                 }
             }
             Err(e) => {
+                inner.health.poll_failed(&e.to_string());
                 inner.warn("poll", || format!("taking messages failed: {e}"));
                 if !inner.pause(Duration::from_millis(500)) {
                     break;
@@ -240,11 +252,21 @@ fn poll_loop(inner: &Inner, senders: Vec<Sender<Message>>) {
         if persist {
             last_persist = Instant::now();
         }
-        if last_lag.elapsed() >= Duration::from_secs(5) {
-            last_lag = Instant::now();
-            if let Some(lag) = inner.source.lag() {
-                inner.counters.lag.store(lag.min(i64::MAX as u64) as i64, Relaxed);
-            }
+        if last_check.is_none_or(|t| t.elapsed() >= CHECK_EVERY) {
+            last_check = Some(Instant::now());
+            let lag = inner.source.lag();
+            inner
+                .counters
+                .lag
+                .store(lag.map_or(-1, |l| l.min(i64::MAX as u64) as i64), Relaxed);
+            let c = &inner.counters;
+            inner.health.check(Seen {
+                source: inner.source.health(),
+                lag,
+                in_flight: c.received.load(Relaxed).saturating_sub(c.done.load(Relaxed)),
+                quiet_for: last_arrival.elapsed(),
+                group: &inner.config.group,
+            });
         }
     }
     // Dropping the senders ends the handler threads once they finish the message in hand.

@@ -10,8 +10,9 @@ use crossbeam_channel::Receiver;
 use mysql::Pool;
 use parking_lot::Mutex;
 
-use super::config::ConsumerConfig;
+use crate::config::ConsumerConfig;
 use super::handler::Handling;
+use super::health::Health;
 use super::message::QueueRef;
 use super::source::Source;
 use super::stats::Counters;
@@ -31,6 +32,8 @@ pub(super) struct Inner {
     pub(super) done: Mutex<HashMap<QueueRef, u64>>,
     /// Disconnected when the consumer stops: every wait selects on it.
     pub(super) stop_rx: Receiver<()>,
+    /// Whether it can take messages now.
+    pub(super) health: Health,
     /// Rate limit of repeated warnings.
     pub(super) warned: Mutex<HashMap<&'static str, Instant>>,
 }

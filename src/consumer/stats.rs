@@ -16,6 +16,9 @@ pub struct ConsumerStats {
     pub failed_attempts: u64,
     /// Messages parked in the dead-letter table.
     pub dead_lettered: u64,
+    /// Later copies of a parked key (a resend, a redelivery): added to its dead letter (one more
+    /// attempt, the new error) instead of being parked again, after one attempt of their own.
+    pub parked_copies: u64,
     /// Dead letters handled again after a replay request.
     pub replayed: u64,
     /// Database failures retried without using an attempt.
@@ -30,11 +33,34 @@ pub struct ConsumerStats {
     pub batch_fallbacks: u64,
     /// Messages handed to handler threads and not yet done.
     pub in_flight: u64,
-    /// Messages on the assigned queues not yet committed (`None` until known).
+    /// Messages on the assigned queues not yet committed (`None` until known: no queue assigned
+    /// yet, or the broker not answering).
     pub lag: Option<u64>,
+    /// Why the consumer cannot take messages now (the name server or the broker unreachable, no
+    /// queue of the topic assigned, taking messages failing), or `None` while it can.
+    pub unhealthy: Option<String>,
 }
 
 impl ConsumerStats {
+    /// Whether the consumer can take messages now (see [`ConsumerStats::unhealthy`]).
+    pub fn healthy(&self) -> bool {
+        self.unhealthy.is_none()
+    }
+
+    /// The counters as one JSON object (what the C, Java and Go stats return); `stopped` says
+    /// they are the final counts of a consumer that was stopped.
+    pub fn to_json(&self, stopped: bool) -> String {
+        serde_json::json!({
+            "received": self.received, "processed": self.processed, "duplicates": self.duplicates,
+            "failed_attempts": self.failed_attempts, "dead_lettered": self.dead_lettered,
+            "parked_copies": self.parked_copies, "replayed": self.replayed, "db_errors": self.db_errors,
+            "fallback_keys": self.fallback_keys, "transactions": self.transactions,
+            "batch_fallbacks": self.batch_fallbacks, "in_flight": self.in_flight, "lag": self.lag,
+            "healthy": self.healthy(), "unhealthy": self.unhealthy, "stopped": stopped,
+        })
+        .to_string()
+    }
+
     /// The Prometheus text exposition of these counters, labelled with the group.
     pub fn prometheus(&self, group: &str) -> String {
         let g = group.replace('\\', "\\\\").replace('"', "\\\"");
@@ -75,6 +101,12 @@ impl ConsumerStats {
             self.dead_lettered,
         );
         metric(
+            "outbox_consumer_parked_copies_total",
+            "counter",
+            "Later copies of a parked key, added to its dead letter.",
+            self.parked_copies,
+        );
+        metric(
             "outbox_consumer_replayed_total",
             "counter",
             "Dead letters handled again.",
@@ -110,6 +142,12 @@ impl ConsumerStats {
             "Batches rolled back and handled again one message per transaction.",
             self.batch_fallbacks,
         );
+        metric(
+            "outbox_consumer_healthy",
+            "gauge",
+            "1 while the consumer can take messages (0: the broker side cannot be reached).",
+            u64::from(self.healthy()),
+        );
         if let Some(lag) = self.lag {
             metric(
                 "outbox_consumer_lag_messages",
@@ -129,6 +167,7 @@ pub(super) struct Counters {
     pub(super) duplicates: AtomicU64,
     pub(super) failed_attempts: AtomicU64,
     pub(super) dead_lettered: AtomicU64,
+    pub(super) parked_copies: AtomicU64,
     pub(super) replayed: AtomicU64,
     pub(super) db_errors: AtomicU64,
     pub(super) fallback_keys: AtomicU64,
@@ -141,7 +180,7 @@ pub(super) struct Counters {
 
 impl Counters {
     /// The counters as [`ConsumerStats`] (lag as last read from the source).
-    pub(super) fn snapshot(&self) -> ConsumerStats {
+    pub(super) fn snapshot(&self, unhealthy: Option<String>) -> ConsumerStats {
         let received = self.received.load(Relaxed);
         let lag = self.lag.load(Relaxed);
         ConsumerStats {
@@ -150,6 +189,7 @@ impl Counters {
             duplicates: self.duplicates.load(Relaxed),
             failed_attempts: self.failed_attempts.load(Relaxed),
             dead_lettered: self.dead_lettered.load(Relaxed),
+            parked_copies: self.parked_copies.load(Relaxed),
             replayed: self.replayed.load(Relaxed),
             db_errors: self.db_errors.load(Relaxed),
             fallback_keys: self.fallback_keys.load(Relaxed),
@@ -157,6 +197,7 @@ impl Counters {
             batch_fallbacks: self.batch_fallbacks.load(Relaxed),
             in_flight: received.saturating_sub(self.done.load(Relaxed)),
             lag: u64::try_from(lag).ok(),
+            unhealthy,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The consuming half over the C ABI: the inbox mark on a transaction (`outbox_inbox_mark`) and
 //! the consumer runtime (`outbox_consumer_*`, which needs the `rocketmq` feature), whose handler
-//! is a C callback running in the consumer's transaction.
+//! is a C callback running in the consumer's transaction: one message per call
+//! (`outbox_consumer_start`), or a batch's new messages per call (`outbox_consumer_start_batch`).
 
 use std::ffi::{c_char, c_int, c_void, CString};
 
@@ -8,7 +9,7 @@ use super::boundary::{arg_str, ffi_boundary, with_errstr, write_string_out, Fail
 use super::conf::outbox_conf;
 use super::result::outbox_result::{self, *};
 use super::tx::outbox_tx;
-use crate::consumer::{Consumer, Message};
+use crate::consumer::{Consumer, ConsumerStats, HandlerError, Message, Transient};
 use crate::inbox::{Inbox, MessageMeta};
 
 /// Marks `event_key` as processed by `consumer_group` inside `tx` (claim first: call it before
@@ -57,8 +58,7 @@ pub unsafe extern "C" fn outbox_inbox_mark(
             queue_offset: u64::try_from(queue_offset).ok(),
             msg_id: opt(msg_id, "msg_id")?,
         };
-        let t = (*tx).live()?;
-        *out_is_new = inbox.mark(t, group, key, &meta)?;
+        *out_is_new = (*tx).run(|t| Ok(inbox.mark(t, group, key, &meta)?))?;
         Ok(())
     })
 }
@@ -86,10 +86,21 @@ pub struct outbox_message {
 
 /// The consumer's handler: runs once per new key, inside the consumer's transaction `tx` (use it
 /// with `outbox_tx_execute` / `outbox_tx_query_int64`; do not commit, roll back or free it).
-/// Return 0 to commit the work with the inbox mark; non-zero to roll both back, and optionally
-/// write why into `err` (`err_size` bytes, NUL-terminated): the message is retried with backoff,
-/// then parked in the dead-letter table. It runs on the consumer's threads, several at once:
-/// it must be thread-safe.
+/// Returns:
+/// - 0 to commit the work with the inbox mark;
+/// - a retriable `outbox_result` (`outbox_result_is_retriable`: `OUTBOX_ERR_DATABASE`, which a
+///   failing `outbox_tx_execute` returns for a lock wait timeout, a deadlock or a lost connection;
+///   `OUTBOX_ERR_POOL_TIMEOUT`; `OUTBOX_ERR_PUBLISHER`) to roll back and retry after a backoff
+///   **without using an attempt** (a statement through `tx` that failed that way during the call
+///   makes any non-zero return transient too);
+/// - any other non-zero value to roll back and retry with backoff, using an attempt: after
+///   `consumer.max.attempts` the message is parked in the dead-letter table.
+///
+/// Optionally write why into `err` (`err_size` bytes, NUL-terminated). With batching on
+/// (`consumer.batch.max` above 1), the messages waiting share one transaction: the callback runs
+/// once per new message, in queue order, then one commit; a non-zero return rolls the batch back
+/// and it is handled again one message per transaction. It runs on the consumer's threads,
+/// several at once: it must be thread-safe.
 pub type outbox_consume_cb = Option<
     unsafe extern "C" fn(
         user_data: *mut c_void,
@@ -100,17 +111,43 @@ pub type outbox_consume_cb = Option<
     ) -> c_int,
 >;
 
-/// A running consumer (`outbox_consumer_start`).
+/// The consumer's batch handler (`outbox_consumer_start_batch`): runs once per batch with its
+/// `count` new messages (duplicates left out), in queue order, inside the consumer's transaction
+/// `tx`, for handlers that write many rows in one statement. Returns as `outbox_consume_cb`; a
+/// non-zero return rolls the batch back and the callback is called again with one message at a
+/// time, so only the failing message is retried and parked. `messages` is valid only during the
+/// call.
+pub type outbox_consume_batch_cb = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        tx: *mut outbox_tx,
+        messages: *const outbox_message,
+        count: usize,
+        err: *mut c_char,
+        err_size: usize,
+    ) -> c_int,
+>;
+
+/// A consumer (`outbox_consumer_start`): running, or stopped with its final counts.
 pub struct outbox_consumer {
     consumer: Option<Consumer>,
+    /// The counts at `outbox_consumer_stop`, which `outbox_consumer_stats` reports afterwards.
+    final_stats: Option<ConsumerStats>,
 }
 
 /// Starts a consumer of `topic` for `consumer_group`: it subscribes with RocketMQ
 /// (`rocketmq.namesrv` of `conf`), and for each message runs `handler` in a transaction on
-/// `db.url` that also holds the message's inbox mark (`outbox_inbox`; dead letters go to
-/// `outbox_inbox_dead_letter`: run `outbox_migrate` first). Offsets are committed only after the
-/// transaction commits. `conf` is only read (free it yourself). Needs the library built with the
-/// `rocketmq` feature, else `OUTBOX_ERR_PUBLISHER`. `errstr` as in `outbox_start`.
+/// `db.url` that also holds the message's inbox mark. The `consumer.*` and `inbox.*` keys of
+/// `conf` set how (threads, batch size, attempts, backoff, the inbox and dead-letter tables,
+/// retention; `outboxd config example` lists them). The database is checked first (reachable,
+/// the inbox and dead-letter tables present: run `outbox_migrate`), so a start that cannot work
+/// fails at once, naming why. Offsets are committed only after the transaction commits. `conf` is
+/// only read (free it yourself). Needs the library built with the `rocketmq` feature, else
+/// `OUTBOX_ERR_PUBLISHER`. `errstr` as in `outbox_start`.
+///
+/// A name server or broker that cannot be reached does not fail the start (it may be starting
+/// too): the consumer keeps trying, says why at WARN (at most every 30 s), and reports it in
+/// `outbox_consumer_stats` (`"healthy": false`, `"unhealthy"`: the reason).
 ///
 /// Thread safety: safe from any thread.
 #[no_mangle]
@@ -126,100 +163,205 @@ pub unsafe extern "C" fn outbox_consumer_start(
 ) -> outbox_result {
     ffi_boundary!(nonnull() {
         with_errstr(errstr, errstr_size, || {
-            if conf.is_null() {
-                return Err(Failure::null("conf"));
-            }
-            if out_consumer.is_null() {
-                return Err(Failure::null("out_consumer"));
-            }
             let Some(cb) = handler else {
                 return Err(Failure::null("handler"));
             };
-            let topic = arg_str(topic, "topic")?;
-            let group = arg_str(consumer_group, "consumer_group")?;
-            let consumer = start(&(*conf).config, topic, group, cb, UserData(user_data))?;
-            *out_consumer = Box::into_raw(Box::new(outbox_consumer {
-                consumer: Some(consumer),
-            }));
-            Ok(())
+            start_into(conf, topic, consumer_group, out_consumer, CHandler::Each(cb, UserData(user_data)))
+        })
+    })
+}
+
+/// Like `outbox_consumer_start`, with a batch handler given each batch's new messages at once.
+///
+/// Thread safety: safe from any thread.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_consumer_start_batch(
+    conf: *const outbox_conf,
+    topic: *const c_char,
+    consumer_group: *const c_char,
+    handler: outbox_consume_batch_cb,
+    user_data: *mut c_void,
+    out_consumer: *mut *mut outbox_consumer,
+    errstr: *mut c_char,
+    errstr_size: usize,
+) -> outbox_result {
+    ffi_boundary!(nonnull() {
+        with_errstr(errstr, errstr_size, || {
+            let Some(cb) = handler else {
+                return Err(Failure::null("handler"));
+            };
+            start_into(conf, topic, consumer_group, out_consumer, CHandler::Batch(cb, UserData(user_data)))
         })
     })
 }
 
 type ConsumeFn = unsafe extern "C" fn(*mut c_void, *mut outbox_tx, *const outbox_message, *mut c_char, usize) -> c_int;
+type ConsumeBatchFn =
+    unsafe extern "C" fn(*mut c_void, *mut outbox_tx, *const outbox_message, usize, *mut c_char, usize) -> c_int;
+
+/// The host's callback, one message or a batch per call.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(feature = "rocketmq"), allow(dead_code))]
+enum CHandler {
+    Each(ConsumeFn, UserData),
+    Batch(ConsumeBatchFn, UserData),
+}
+
+/// The arguments of both starts, checked, and the consumer written to `out_consumer`.
+unsafe fn start_into(
+    conf: *const outbox_conf,
+    topic: *const c_char,
+    consumer_group: *const c_char,
+    out_consumer: *mut *mut outbox_consumer,
+    handler: CHandler,
+) -> Result<(), Failure> {
+    if conf.is_null() {
+        return Err(Failure::null("conf"));
+    }
+    if out_consumer.is_null() {
+        return Err(Failure::null("out_consumer"));
+    }
+    let topic = arg_str(topic, "topic")?;
+    let group = arg_str(consumer_group, "consumer_group")?;
+    let consumer = start(&(*conf).config, topic, group, handler)?;
+    *out_consumer = Box::into_raw(Box::new(outbox_consumer {
+        consumer: Some(consumer),
+        final_stats: None,
+    }));
+    Ok(())
+}
 
 #[cfg(feature = "rocketmq")]
-fn start(config: &crate::Config, topic: &str, group: &str, cb: ConsumeFn, ud: UserData) -> Result<Consumer, Failure> {
+fn start(config: &crate::config::Config, topic: &str, group: &str, handler: CHandler) -> Result<Consumer, Failure> {
     use crate::rocketmq::{RocketMqSource, SourceConfig};
+    let mut cc = config.consumer.clone();
+    cc.group = group.to_string();
     let pool = crate::db::connect(config)?;
-    let source = RocketMqSource::start(&SourceConfig::new(&config.rocketmq.namesrv, topic, group))?;
-    let handler = move |tx: &mut mysql::Transaction<'_>, m: &Message| call_handler(cb, ud, tx, m);
-    Ok(Consumer::start(
-        crate::consumer::ConsumerConfig::new(group),
-        pool,
-        std::sync::Arc::new(source),
-        std::sync::Arc::new(handler),
-    )?)
+    // Everything the database side needs, before the source joins the group.
+    Consumer::check(&cc, &pool)?;
+    let source = std::sync::Arc::new(RocketMqSource::start(&SourceConfig::for_consumer(
+        &config.rocketmq.namesrv,
+        topic,
+        &cc,
+    ))?);
+    Ok(match handler {
+        CHandler::Each(cb, ud) => {
+            let run = move |tx: &mut mysql::Transaction<'_>, m: &Message| call_handler(tx, std::slice::from_ref(m), |t, v, e, n| {
+                // SAFETY: the host's callback, called as its documentation says.
+                unsafe { cb(ud.ptr(), t, v.as_ptr(), e, n) }
+            });
+            Consumer::start(cc, pool, source, std::sync::Arc::new(run))?
+        }
+        CHandler::Batch(cb, ud) => {
+            Consumer::start_batch(cc, pool, source, std::sync::Arc::new(BatchCallback(cb, ud)))?
+        }
+    })
 }
 
 #[cfg(not(feature = "rocketmq"))]
-fn start(_: &crate::Config, _: &str, _: &str, _: ConsumeFn, _: UserData) -> Result<Consumer, Failure> {
+fn start(_: &crate::config::Config, _: &str, _: &str, _: CHandler) -> Result<Consumer, Failure> {
     Err(Failure::new(
         OUTBOX_ERR_PUBLISHER,
         "this library was built without the rocketmq feature: no consumer (cargo build --features rocketmq)",
     ))
 }
 
-/// Runs the C handler on `m` in `tx`.
+/// The host's batch callback as a [`crate::consumer::BatchHandler`].
+#[cfg_attr(not(feature = "rocketmq"), allow(dead_code))]
+struct BatchCallback(ConsumeBatchFn, UserData);
+
+impl crate::consumer::BatchHandler for BatchCallback {
+    fn handle_batch(&self, tx: &mut mysql::Transaction<'_>, msgs: &[Message]) -> Result<(), HandlerError> {
+        let (cb, ud) = (self.0, self.1);
+        call_handler(tx, msgs, |t, v, e, n| {
+            // SAFETY: the host's callback, called as its documentation says.
+            unsafe { cb(ud.ptr(), t, v.as_ptr(), v.len(), e, n) }
+        })
+    }
+}
+
+/// Runs a host callback on `msgs` in `tx`: builds their C views, lends `tx` as a borrowed
+/// `outbox_tx`, and turns the callback's return code into the runtime's outcome (see
+/// `outbox_consume_cb`).
 #[cfg_attr(not(feature = "rocketmq"), allow(dead_code))]
 fn call_handler(
-    cb: ConsumeFn,
-    ud: UserData,
     tx: &mut mysql::Transaction<'_>,
-    m: &Message,
-) -> Result<(), crate::consumer::HandlerError> {
-    let c = |s: &str| CString::new(s.replace('\0', "\u{FFFD}")).unwrap_or_default();
-    let key = c(&m.key);
-    let topic = c(&m.queue.topic);
-    let broker = c(&m.queue.broker);
-    let msg_id = m.msg_id.as_deref().map(c);
-    let tag = m.tag.as_deref().map(c);
-    let props = c(&serde_json::to_string(&m.properties).unwrap_or_else(|_| "{}".into()));
-    let view = outbox_message {
-        key: key.as_ptr(),
-        topic: topic.as_ptr(),
-        broker: broker.as_ptr(),
-        queue_id: m.queue.queue_id,
-        queue_offset: m.offset,
-        msg_id: msg_id.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
-        tag: tag.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
-        properties_json: props.as_ptr(),
-        body: m.body.as_ptr(),
-        body_len: m.body.len(),
-    };
+    msgs: &[Message],
+    call: impl FnOnce(*mut outbox_tx, &[outbox_message], *mut c_char, usize) -> c_int,
+) -> Result<(), HandlerError> {
+    let texts: Vec<MessageTexts> = msgs.iter().map(MessageTexts::of).collect();
+    let views: Vec<outbox_message> = msgs.iter().zip(&texts).map(|(m, t)| t.view(m)).collect();
     let handle = Box::into_raw(Box::new(outbox_tx::borrowed(tx)));
     let mut err = vec![0u8; 512];
-    // SAFETY: the host's callback, called as its documentation says; every pointer outlives it.
-    let rc = unsafe { cb(ud.0, handle, &view, err.as_mut_ptr().cast(), err.len()) };
+    let rc = call(handle, &views, err.as_mut_ptr().cast(), err.len());
     // SAFETY: allocated just above; the callback must not free it (outbox_tx_free refuses to).
-    drop(unsafe { Box::from_raw(handle) });
+    let lent = unsafe { Box::from_raw(handle) };
     if rc == 0 {
         return Ok(());
     }
     let end = err.iter().position(|&b| b == 0).unwrap_or(err.len());
     let text = String::from_utf8_lossy(&err[..end]).into_owned();
-    Err(if text.is_empty() {
-        format!("handler returned {rc}").into()
+    let what = if text.is_empty() {
+        format!("handler returned {rc}")
     } else {
-        format!("handler returned {rc}: {text}").into()
+        format!("handler returned {rc}: {text}")
+    };
+    let retriable = outbox_result::from_code(rc).is_some_and(outbox_result::is_retriable);
+    Err(if retriable || lent.saw_transient_failure() {
+        Box::new(Transient(what))
+    } else {
+        what.into()
     })
 }
 
-/// Writes the consumer's counters as JSON into `buf` (`received`, `processed`, `duplicates`,
-/// `failed_attempts`, `dead_lettered`, `replayed`, `db_errors`, `fallback_keys`, `in_flight`,
-/// `lag` (null until known)). Buffer convention as in `outbox_stats`.
+/// The NUL-terminated copies a message's C view points into.
+struct MessageTexts {
+    key: CString,
+    topic: CString,
+    broker: CString,
+    msg_id: Option<CString>,
+    tag: Option<CString>,
+    props: CString,
+}
+
+impl MessageTexts {
+    fn of(m: &Message) -> MessageTexts {
+        let c = |s: &str| CString::new(s.replace('\0', "\u{FFFD}")).unwrap_or_default();
+        MessageTexts {
+            key: c(&m.key),
+            topic: c(&m.queue.topic),
+            broker: c(&m.queue.broker),
+            msg_id: m.msg_id.as_deref().map(c),
+            tag: m.tag.as_deref().map(c),
+            props: c(&serde_json::to_string(&m.properties).unwrap_or_else(|_| "{}".into())),
+        }
+    }
+
+    /// The view of `m`, valid while `self` and `m` are.
+    fn view(&self, m: &Message) -> outbox_message {
+        outbox_message {
+            key: self.key.as_ptr(),
+            topic: self.topic.as_ptr(),
+            broker: self.broker.as_ptr(),
+            queue_id: m.queue.queue_id,
+            queue_offset: m.offset,
+            msg_id: self.msg_id.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            tag: self.tag.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            properties_json: self.props.as_ptr(),
+            body: m.body.as_ptr(),
+            body_len: m.body.len(),
+        }
+    }
+}
+
+/// Writes the consumer's counters as JSON into `buf`: `received`, `processed`, `duplicates`,
+/// `failed_attempts`, `dead_lettered`, `parked_copies`, `replayed`, `db_errors`,
+/// `fallback_keys`, `transactions`, `batch_fallbacks`, `in_flight`, `lag` (null until known),
+/// `healthy`, `unhealthy` (why not, or null) and `stopped`. After `outbox_consumer_stop` it
+/// reports the final counts (`"stopped": true`). Buffer convention as in `outbox_stats`.
 ///
-/// Thread safety: safe from any thread, except concurrently with `outbox_consumer_free`.
+/// Thread safety: safe from any thread, except concurrently with `outbox_consumer_stop` or
+/// `outbox_consumer_free`.
 #[no_mangle]
 pub unsafe extern "C" fn outbox_consumer_stats(
     consumer: *const outbox_consumer,
@@ -228,41 +370,36 @@ pub unsafe extern "C" fn outbox_consumer_stats(
     out_needed: *mut usize,
 ) -> outbox_result {
     ffi_boundary!(nonnull(consumer, out_needed) {
-        let json = match &(*consumer).consumer {
-            Some(c) => {
-                let s = c.stats();
-                serde_json::json!({
-                    "received": s.received, "processed": s.processed, "duplicates": s.duplicates,
-                    "failed_attempts": s.failed_attempts, "dead_lettered": s.dead_lettered,
-                    "replayed": s.replayed, "db_errors": s.db_errors, "fallback_keys": s.fallback_keys,
-                    "in_flight": s.in_flight, "lag": s.lag,
-                })
-                .to_string()
-            }
-            None => return Err(Failure::new(OUTBOX_ERR_STOPPED, "the consumer is stopped")),
+        let c = &*consumer;
+        let (stats, stopped) = match (&c.consumer, &c.final_stats) {
+            (Some(running), _) => (running.stats(), false),
+            (None, Some(last)) => (last.clone(), true),
+            (None, None) => return Err(Failure::new(OUTBOX_ERR_STOPPED, "the consumer is stopped")),
         };
-        write_string_out(&json, buf, len, out_needed)
+        write_string_out(&stats.to_json(stopped), buf, len, out_needed)
     })
 }
 
-/// Stops the consumer: no new messages, each handler thread finishes the message in hand,
-/// offsets are committed and stored, the consumer leaves its group. Blocks until then.
-/// Afterwards only `outbox_consumer_free` is allowed. Stopping twice: `OUTBOX_ERR_STOPPED`.
+/// Stops the consumer: no new messages, each handler thread finishes the messages in hand,
+/// offsets are committed and stored, the consumer leaves its group. Blocks until then (bounded:
+/// the broker side's shutdown is given at most a few seconds). Afterwards `outbox_consumer_stats`
+/// reports the final counts and only `outbox_consumer_free` does anything else. Stopping twice:
+/// `OUTBOX_ERR_STOPPED`.
 ///
 /// Thread safety: not concurrently with other calls on the same consumer.
 #[no_mangle]
 pub unsafe extern "C" fn outbox_consumer_stop(consumer: *mut outbox_consumer) -> outbox_result {
     ffi_boundary!(nonnull(consumer) {
-        match (*consumer).consumer.take() {
-            Some(c) => {
-                c.stop();
+        let c = &mut *consumer;
+        match c.consumer.take() {
+            Some(running) => {
+                c.final_stats = Some(running.stop());
                 Ok(())
             }
             None => Err(Failure::new(OUTBOX_ERR_STOPPED, "the consumer is already stopped")),
         }
     })
 }
-
 /// Frees a consumer, stopping it first if needed. NULL is a no-op.
 ///
 /// Thread safety: not concurrently with other calls on the same consumer.

@@ -74,7 +74,7 @@ impl outbox_result {
         OUTBOX_ERR_PANIC,
     ];
 
-    pub(super) fn from_code(code: c_int) -> Option<outbox_result> {
+    pub(crate) fn from_code(code: c_int) -> Option<outbox_result> {
         Self::ALL.into_iter().find(|r| *r as c_int == code)
     }
 
@@ -105,7 +105,7 @@ impl outbox_result {
         }
     }
 
-    pub(super) fn is_retriable(self) -> bool {
+    pub(crate) fn is_retriable(self) -> bool {
         matches!(
             self,
             OUTBOX_ERR_DATABASE | OUTBOX_ERR_PUBLISHER | OUTBOX_ERR_POOL_TIMEOUT

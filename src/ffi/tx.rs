@@ -28,8 +28,13 @@ enum TxKind {
         shared: Arc<Shared>,
         tx: Option<crate::host::owned_tx::OwnedTx>,
     },
-    /// The consumer's transaction, lent to its handler callback for the callback's duration.
-    Borrowed(*mut mysql::Transaction<'static>),
+    /// The consumer's transaction, lent to its handler callback for the callback's duration;
+    /// `transient` once a statement through it failed with a transient database error (the
+    /// callback's failure is then retried without using an attempt, whatever it returns).
+    Borrowed {
+        tx: *mut mysql::Transaction<'static>,
+        transient: bool,
+    },
 }
 
 // SAFETY: an owned tx is `Send` (its parts are); a borrowed one is only reachable from the
@@ -41,14 +46,58 @@ impl outbox_tx {
     pub(crate) fn borrowed(tx: &mut mysql::Transaction<'_>) -> outbox_tx {
         let p: *mut mysql::Transaction<'static> = (tx as *mut mysql::Transaction<'_>).cast();
         outbox_tx {
-            kind: TxKind::Borrowed(p),
+            kind: TxKind::Borrowed { tx: p, transient: false },
         }
+    }
+
+    /// Whether a statement through this borrowed transaction failed with a transient database
+    /// error (a lock wait timeout, a deadlock, a lost connection).
+    pub(crate) fn saw_transient_failure(&self) -> bool {
+        matches!(self.kind, TxKind::Borrowed { transient: true, .. })
+    }
+
+    /// Refuses a statement that would end the transaction behind the library's back: COMMIT,
+    /// ROLLBACK, BEGIN and the like on any transaction, and, on a consumer's, the statements that
+    /// commit implicitly (DDL), which would commit the inbox marks with half of the handler's
+    /// work.
+    fn check_statement(&self, sql: &str) -> Result<(), Failure> {
+        let borrowed = matches!(self.kind, TxKind::Borrowed { .. });
+        match ends_transaction(sql, borrowed) {
+            None => Ok(()),
+            Some(what) => Err(Failure::new(
+                OUTBOX_ERR_INVALID_ARGUMENT,
+                format!(
+                    "{what} is not allowed through outbox_tx_execute: it would end the transaction \
+                     behind the library ({})",
+                    if borrowed {
+                        "a consumer's handler returns 0 to commit, non-zero to roll back"
+                    } else {
+                        "use outbox_tx_commit or outbox_tx_rollback"
+                    }
+                ),
+            )),
+        }
+    }
+
+    /// Runs `f` on the live transaction; a transient failure of a borrowed one is remembered
+    /// (see [`outbox_tx::saw_transient_failure`]).
+    pub(crate) fn run<T>(
+        &mut self,
+        f: impl FnOnce(&mut mysql::Transaction<'static>) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        let result = f(self.live()?);
+        if let (Err(failure), TxKind::Borrowed { transient, .. }) = (&result, &mut self.kind) {
+            if failure.code.is_retriable() {
+                *transient = true;
+            }
+        }
+        result
     }
 
     pub(crate) fn live(&mut self) -> Result<&mut mysql::Transaction<'static>, Failure> {
         match &mut self.kind {
             // SAFETY: the consumer keeps the transaction alive while the callback runs.
-            TxKind::Borrowed(p) => Ok(unsafe { &mut **p }),
+            TxKind::Borrowed { tx, .. } => Ok(unsafe { &mut **tx }),
             TxKind::Owned { tx, .. } => tx.as_deref_mut().ok_or_else(|| {
                 Failure::new(
                     OUTBOX_ERR_TX_FINISHED,
@@ -63,7 +112,7 @@ impl outbox_tx {
     fn owned(&mut self, what: &str) -> Result<(&Arc<Shared>, &mut Option<crate::host::owned_tx::OwnedTx>), Failure> {
         match &mut self.kind {
             TxKind::Owned { shared, tx } => Ok((shared, tx)),
-            TxKind::Borrowed(_) => Err(Failure::new(
+            TxKind::Borrowed { .. } => Err(Failure::new(
                 OUTBOX_ERR_INVALID_ARGUMENT,
                 format!(
                     "{what} is not allowed on a consumer's transaction: return 0 from the handler \
@@ -72,6 +121,33 @@ impl outbox_tx {
             )),
         }
     }
+}
+
+/// The statement `sql` starts with, in upper case, when it ends a transaction: explicitly
+/// (COMMIT, ROLLBACK but not ROLLBACK TO a savepoint, BEGIN, START TRANSACTION, SET autocommit,
+/// XA, LOCK/UNLOCK TABLES) or, with `implicit`, by committing implicitly (CREATE, ALTER, DROP,
+/// RENAME, TRUNCATE, except of temporary tables).
+fn ends_transaction(sql: &str, implicit: bool) -> Option<String> {
+    let words: Vec<String> = sql
+        .split(|c: char| c.is_whitespace() || c == ';' || c == '(')
+        .filter(|w| !w.is_empty())
+        .take(3)
+        .map(str::to_ascii_uppercase)
+        .collect();
+    let w = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    let explicit = match w(0) {
+        "COMMIT" | "BEGIN" | "XA" | "UNLOCK" => true,
+        "ROLLBACK" => w(1) != "TO",
+        "START" => w(1) == "TRANSACTION",
+        "LOCK" => w(1) == "TABLES" || w(1) == "TABLE",
+        "SET" => w(1).trim_start_matches("@@").trim_start_matches("SESSION.").starts_with("AUTOCOMMIT")
+            || (w(1) == "SESSION" && w(2).starts_with("AUTOCOMMIT")),
+        _ => false,
+    };
+    let ddl = implicit
+        && matches!(w(0), "CREATE" | "ALTER" | "DROP" | "RENAME" | "TRUNCATE")
+        && w(1) != "TEMPORARY";
+    (explicit || ddl).then(|| words.iter().take(2).cloned().collect::<Vec<_>>().join(" "))
 }
 
 /// Begins a transaction on a connection of the relay's pool (READ COMMITTED, like the relay's
@@ -100,8 +176,12 @@ pub unsafe extern "C" fn outbox_tx_begin(relay: *const outbox_relay, out_tx: *mu
 /// placeholders; `params` holds `nparams` values bound to them in order (never interpolated;
 /// `params` may be NULL when `nparams` is 0). On success writes the affected row count and the
 /// last insert id (0 when none) into `out_affected` and `out_last_insert_id`, each of which may
-/// be NULL when not wanted. Do not run COMMIT, ROLLBACK or START TRANSACTION through it.
-/// A statement the database refuses is `OUTBOX_ERR_STATEMENT`; the transaction stays open.
+/// be NULL when not wanted. A statement that would end the transaction (COMMIT, ROLLBACK,
+/// BEGIN, START TRANSACTION, SET autocommit, XA, LOCK/UNLOCK TABLES, and on a consumer's
+/// transaction also DDL, which commits implicitly) is refused with `OUTBOX_ERR_INVALID_ARGUMENT`
+/// naming it, and nothing runs. A statement the database refuses is `OUTBOX_ERR_STATEMENT` (or
+/// `OUTBOX_ERR_DATABASE` when transient: a lock wait timeout, a deadlock, a lost connection);
+/// the transaction stays open.
 ///
 /// Thread safety: not thread-safe for the same tx (one call at a time, from any thread).
 #[no_mangle]
@@ -116,13 +196,11 @@ pub unsafe extern "C" fn outbox_tx_execute(
     ffi_boundary!(nonnull(tx, sql) {
         let sql = arg_str(sql, "sql")?;
         let params = super::event::to_params(params, nparams)?;
-        let t = (*tx).live()?;
-        let (affected, last_id) = {
+        (*tx).check_statement(sql)?;
+        let (affected, last_id) = (*tx).run(|t| {
             let result = t.exec_iter(sql, params)?;
-            let out = (result.affected_rows(), result.last_insert_id().unwrap_or(0));
-            drop(result);
-            out
-        };
+            Ok((result.affected_rows(), result.last_insert_id().unwrap_or(0)))
+        })?;
         if !out_affected.is_null() {
             *out_affected = affected;
         }
@@ -151,8 +229,8 @@ pub unsafe extern "C" fn outbox_tx_query_int64(
     ffi_boundary!(nonnull(tx, sql, out_value, out_found) {
         let sql = arg_str(sql, "sql")?;
         let params = super::event::to_params(params, nparams)?;
-        let t = (*tx).live()?;
-        let row: Option<mysql::Row> = t.exec_first(sql, params)?;
+        (*tx).check_statement(sql)?;
+        let row: Option<mysql::Row> = (*tx).run(|t| Ok(t.exec_first(sql, params)?))?;
         let value = match row.and_then(|mut r| r.take::<mysql::Value, _>(0)) {
             None | Some(mysql::Value::NULL) => None,
             Some(v) => Some(mysql::from_value_opt::<i64>(v).map_err(|e| {
@@ -231,7 +309,7 @@ pub unsafe extern "C" fn outbox_tx_rollback(tx: *mut outbox_tx) -> outbox_result
 pub unsafe extern "C" fn outbox_tx_free(tx: *mut outbox_tx) {
     ffi_boundary!(void, nonnull(tx) {
         let mut tx = Box::from_raw(tx);
-        if let TxKind::Borrowed(_) = tx.kind {
+        if let TxKind::Borrowed { .. } = tx.kind {
             // Not ours to free: the consumer frees it after the callback. Leak the box back.
             log::error!("outbox_tx_free called on a consumer's transaction; ignored");
             let _ = Box::into_raw(tx);
@@ -244,4 +322,42 @@ pub unsafe extern "C" fn outbox_tx_free(tx: *mut outbox_tx) {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ends_transaction;
+
+    #[test]
+    fn statements_that_end_a_transaction_are_recognised() {
+        for sql in [
+            "COMMIT",
+            " commit work",
+            "ROLLBACK;",
+            "begin",
+            "START TRANSACTION READ ONLY",
+            "SET autocommit = 1",
+            "SET @@autocommit=0",
+            "set session autocommit = 1",
+            "XA START 'x'",
+            "LOCK TABLES t WRITE",
+            "UNLOCK TABLES",
+        ] {
+            assert!(ends_transaction(sql, false).is_some(), "{sql}");
+        }
+        for sql in [
+            "ROLLBACK TO SAVEPOINT a",
+            "SAVEPOINT a",
+            "INSERT INTO commits VALUES (1)",
+            "SELECT 'COMMIT'",
+            "SET @x = 1",
+            "CREATE TABLE t (x INT)",
+        ] {
+            assert!(ends_transaction(sql, false).is_none(), "{sql}");
+        }
+        assert_eq!(ends_transaction("create table t (x int)", true).as_deref(), Some("CREATE TABLE"));
+        assert_eq!(ends_transaction("TRUNCATE credits", true).as_deref(), Some("TRUNCATE CREDITS"));
+        assert!(ends_transaction("CREATE TEMPORARY TABLE t (x INT)", true).is_none());
+        assert_eq!(ends_transaction("commit", true).as_deref(), Some("COMMIT"));
+    }
 }

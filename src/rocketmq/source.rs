@@ -18,17 +18,11 @@ use rocketmq_runtime::RuntimeOwner;
 
 use super::classify::describe;
 use super::runtime::client_runtime;
+use crate::config::ConsumerConfig;
 use crate::consumer::{Message, QueueRef, Source};
 use crate::error::{Error, Result};
 
-/// Where a new consumer group starts in the topic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartFrom {
-    /// Every message the broker still has (nothing committed before the group existed is missed).
-    First,
-    /// Only messages sent after the group first subscribed.
-    Last,
-}
+pub use crate::config::StartFrom;
 
 /// What a [`RocketMqSource`] connects to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +30,7 @@ pub struct SourceConfig {
     /// Name server address(es), `host:port[;host:port]`.
     pub namesrv: String,
     pub topic: String,
-    /// The consumer group (the same as the consumer's [`crate::consumer::ConsumerConfig`]).
+    /// The consumer group (the same as the consumer's [`ConsumerConfig`]).
     pub group: String,
     pub start_from: StartFrom,
     /// Messages per pull request.
@@ -44,6 +38,15 @@ pub struct SourceConfig {
 }
 
 impl SourceConfig {
+    /// What a consumer of `config` (its group, start and pull batch) reads from `topic`.
+    pub fn for_consumer(namesrv: &str, topic: &str, config: &ConsumerConfig) -> SourceConfig {
+        SourceConfig {
+            start_from: config.start_from,
+            pull_batch: config.pull_batch,
+            ..SourceConfig::new(namesrv, topic, &config.group)
+        }
+    }
+
     pub fn new(namesrv: &str, topic: &str, group: &str) -> SourceConfig {
         SourceConfig {
             namesrv: namesrv.into(),

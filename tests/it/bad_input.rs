@@ -108,6 +108,21 @@ const BAD_VALUES: &[(&str, &[&str])] = &[
         "metrics.listen",
         &["localhost:9464", "127.0.0.1", "127.0.0.1:x", ":9464", "127.0.0.1:65536"],
     ),
+    ("consumer.threads", &["0", "257", "-1", "four"]),
+    ("consumer.batch.max", &["0", "4097", "-1", "all", "1e3"]),
+    ("consumer.max.attempts", &["0", "1001", "x"]),
+    ("consumer.backoff.initial.ms", &["0", "3600001", "1s"]),
+    ("consumer.backoff.max.ms", &["0", "86400001", "10s"]),
+    ("consumer.queue.capacity", &["0", "100001", "x"]),
+    ("consumer.persist.interval.ms", &["0", "3600001", "1s"]),
+    ("consumer.replay.interval.ms", &["0", "3600001", "2s"]),
+    ("consumer.inbox", &["", "maybe", "2"]),
+    ("consumer.start.from", &["", "middle", "FIRST", "latest"]),
+    ("consumer.pull.batch", &["0", "1025", "x"]),
+    ("inbox.table", &["", "inbox; DROP TABLE x", "1inbox", "in box"]),
+    ("inbox.dead_letter.table", &["", "dl`x", "schema.dl"]),
+    ("inbox.retention.ms", &["1", "3599999", "-1", "7d"]),
+    ("inbox.retention.interval.ms", &["0", "86400001", "1m"]),
 ];
 
 /// Keys that accept every value: the ACL credentials are opaque secrets (and an error would have

@@ -746,3 +746,43 @@ fn with_batches_off_each_message_is_its_own_transaction() {
     assert_eq!(stats.transactions, 30);
     assert_eq!(stats.batch_fallbacks, 0);
 }
+
+/// Regression: a later copy of a parked key (a resend, a redelivery) was parked again after all
+/// its attempts, one dead letter per copy (one order seen parked three times in three seconds).
+#[test]
+fn a_copy_of_a_parked_key_joins_its_dead_letter_after_one_attempt() {
+    let db = TestDb::new("cons_parked_copy");
+    points_table(&db);
+    let src = MemSource::with(vec![order_message(0, 0, "poison", "ORD-P", 1)]);
+    let handler = |tx: &mut mysql::Transaction<'_>, m: &Message| -> Result<(), HandlerError> {
+        credit(tx, m)?;
+        if m.key == "poison" {
+            return Err("order ORD-P unknown".into());
+        }
+        Ok(())
+    };
+    let mut cfg = config("points-copies");
+    cfg.max_attempts = 3;
+    cfg.batch_max = 1;
+    let consumer = Consumer::start(cfg, db.pool.clone(), src.clone(), Arc::new(handler)).unwrap();
+    assert!(wait_until(LONG, || consumer.stats().dead_lettered == 1));
+    // Two later copies of the same event, and another event after them.
+    src.pending.lock().extend([
+        order_message(0, 1, "poison", "ORD-P", 1),
+        order_message(1, 0, "poison", "ORD-P", 1),
+        order_message(0, 2, "fine", "ORD-F", 2),
+    ]);
+    assert!(wait_until(LONG, || {
+        let s = consumer.stats();
+        s.parked_copies == 2 && s.processed == 1
+    }));
+    let stats = consumer.stop();
+    assert_eq!(stats.dead_lettered, 1, "{stats:?}");
+    assert_eq!(stats.failed_attempts, 3 + 1 + 1, "each copy used one attempt");
+    let dl = dead_letter::list(&db.pool, dead_letter::DEFAULT_TABLE, Some("points-copies"), None, 10).unwrap();
+    assert_eq!(dl.len(), 1, "one dead letter for the key: {dl:?}");
+    assert_eq!(dl[0].attempts, 5, "the copies' attempts added to it");
+    assert!(dl[0].last_error.contains("a later copy"), "{}", dl[0].last_error);
+    assert_eq!(src.committed()[&queue(0)], 3, "the queue moved on past the copies");
+    assert_eq!(credits(&db), [("ORD-F".to_string(), 2)]);
+}

@@ -1,8 +1,28 @@
-//! How a consumer runs: [`ConsumerConfig`], checked before anything starts.
+//! How a consumer runs: [`ConsumerConfig`] (the consumer runtime's settings, also reachable as
+//! the `consumer.*` and `inbox.*` keys of [`super::Config`]), checked before anything starts.
 
 use std::time::Duration;
 
-use crate::error::Result;
+use crate::error::{ConfigError, Result};
+
+/// The inbox table's default name (the one `migrations/V8__create_outbox_inbox.sql` creates).
+pub const DEFAULT_INBOX_TABLE: &str = "outbox_inbox";
+
+/// How long a processed key is kept by default: 7 days (see `crate::inbox::DEFAULT_RETENTION`,
+/// which is this value, for why).
+pub const DEFAULT_INBOX_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The shortest retention accepted: RocketMQ redelivers an unacknowledged message for hours.
+pub const MIN_INBOX_RETENTION: Duration = Duration::from_secs(3600);
+
+/// Where a new consumer group starts in its topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFrom {
+    /// Every message the broker still has (nothing committed before the group existed is missed).
+    First,
+    /// Only messages sent after the group first subscribed.
+    Last,
+}
 
 /// The consumer dead-letter table's default name (the one
 /// `migrations/V10__create_outbox_inbox_dead_letter.sql` creates).
@@ -42,20 +62,24 @@ pub struct ConsumerConfig {
     pub batch_max: usize,
     /// How long marks are kept: the replayer deletes older ones (in small batches, every
     /// `retention_interval`). `None` keeps them (purge them yourself). Default: 7 days
-    /// ([`crate::inbox::DEFAULT_RETENTION`]); never shorter than the broker's redelivery span.
+    /// ([`DEFAULT_INBOX_RETENTION`]); never shorter than the broker's redelivery span.
     pub retention: Option<Duration>,
     pub retention_interval: Duration,
     /// Mark each key in the inbox before the handler runs (the default). Off, every copy runs
     /// the handler: only for handlers that are idempotent by themselves (and to measure what the
     /// inbox costs).
     pub inbox: bool,
+    /// Where a new group starts in its topic (`consumer.start.from`).
+    pub start_from: StartFrom,
+    /// Messages per pull request to the broker (`consumer.pull.batch`).
+    pub pull_batch: u32,
 }
 
 impl ConsumerConfig {
     pub fn new(group: &str) -> ConsumerConfig {
         ConsumerConfig {
             group: group.to_string(),
-            inbox_table: crate::inbox::DEFAULT_TABLE.into(),
+            inbox_table: DEFAULT_INBOX_TABLE.into(),
             dead_letter_table: DEFAULT_DEAD_LETTER_TABLE.into(),
             threads: 4,
             max_attempts: 5,
@@ -65,19 +89,21 @@ impl ConsumerConfig {
             replay_interval: Duration::from_secs(2),
             queue_capacity: 256,
             batch_max: DEFAULT_BATCH_MAX,
-            retention: Some(crate::inbox::DEFAULT_RETENTION),
+            retention: Some(DEFAULT_INBOX_RETENTION),
             retention_interval: Duration::from_secs(60),
             inbox: true,
+            start_from: StartFrom::First,
+            pull_batch: 32,
         }
     }
 
-    /// Every problem at once is not needed here: the first bad field, named with its value.
+    /// The first bad field, named with its key and value (the group is checked where it is
+    /// used: the inbox and the source check it with RocketMQ's rules).
     pub fn validate(&self) -> Result<()> {
-        crate::inbox::check_group(&self.group)?;
-        crate::config::table_name("inbox.table", &self.inbox_table)?;
-        crate::config::table_name("inbox.dead_letter.table", &self.dead_letter_table)?;
+        super::table_name("inbox.table", &self.inbox_table)?;
+        super::table_name("inbox.dead_letter.table", &self.dead_letter_table)?;
         let bad = |key: &str, value: String, reason: &str| -> Result<()> {
-            Err(crate::error::ConfigError::invalid(key, value, reason).into())
+            Err(ConfigError::invalid(key, value, reason).into())
         };
         if self.threads == 0 || self.threads > 256 {
             return bad("consumer.threads", self.threads.to_string(), "must be 1 to 256");
@@ -85,11 +111,17 @@ impl ConsumerConfig {
         if self.max_attempts == 0 {
             return bad("consumer.max.attempts", "0".into(), "must be at least 1");
         }
-        if self.backoff_initial.is_zero() || self.backoff_max < self.backoff_initial {
+        if self.backoff_initial.is_zero() {
+            return bad("consumer.backoff.initial.ms", "0".into(), "must be at least 1");
+        }
+        if self.backoff_max < self.backoff_initial {
             return bad(
-                "consumer.backoff",
-                format!("{:?}..{:?}", self.backoff_initial, self.backoff_max),
-                "initial must be > 0 and not above max",
+                "consumer.backoff.max.ms",
+                self.backoff_max.as_millis().to_string(),
+                &format!(
+                    "must not be below consumer.backoff.initial.ms ({})",
+                    self.backoff_initial.as_millis()
+                ),
             );
         }
         if self.batch_max == 0 || self.batch_max > MAX_BATCH_MAX {
@@ -102,26 +134,39 @@ impl ConsumerConfig {
         if self.queue_capacity == 0 {
             return bad("consumer.queue.capacity", "0".into(), "must be at least 1");
         }
-        if self.retention.is_some_and(|r| r < Duration::from_secs(3600)) {
-            return bad(
-                "inbox.retention",
-                format!("{:?}", self.retention.unwrap_or_default()),
-                "must be at least 1 h: RocketMQ redelivers an unacknowledged message for hours, and a copy \
-                 arriving after its mark is deleted is handled again",
-            );
+        if let Some(r) = self.retention.filter(|r| *r < MIN_INBOX_RETENTION) {
+            return bad("inbox.retention.ms", r.as_millis().to_string(), RETENTION_TOO_SHORT);
         }
-        if self.persist_interval.is_zero() || self.replay_interval.is_zero() || self.retention_interval.is_zero() {
-            return bad(
-                "consumer.interval",
-                "0".into(),
-                "persist and replay intervals must be > 0",
-            );
+        if self.pull_batch == 0 || self.pull_batch > 1024 {
+            return bad("consumer.pull.batch", self.pull_batch.to_string(), "must be 1 to 1024");
+        }
+        for (key, interval) in [
+            ("consumer.persist.interval.ms", self.persist_interval),
+            ("consumer.replay.interval.ms", self.replay_interval),
+            ("inbox.retention.interval.ms", self.retention_interval),
+        ] {
+            if interval.is_zero() {
+                return bad(key, "0".into(), "must be at least 1");
+            }
         }
         Ok(())
     }
 
-    pub(super) fn backoff(&self, attempt: u32) -> Duration {
+    /// The wait before `attempt` + 1 after `attempt` failures: `backoff_initial` doubling up to
+    /// `backoff_max`.
+    pub fn backoff(&self, attempt: u32) -> Duration {
         let factor = 1u32 << attempt.saturating_sub(1).min(16);
         self.backoff_initial.saturating_mul(factor).min(self.backoff_max)
+    }
+}
+
+/// Why a retention under [`MIN_INBOX_RETENTION`] is refused.
+pub(super) const RETENTION_TOO_SHORT: &str = "must be 0 (keep marks) or at least 3600000 (1 h): RocketMQ redelivers an \
+     unacknowledged message for hours, and a copy arriving after its mark is deleted is handled again";
+
+impl Default for ConsumerConfig {
+    /// The defaults, with no group (the consumer's start names it).
+    fn default() -> ConsumerConfig {
+        ConsumerConfig::new("")
     }
 }
