@@ -160,7 +160,10 @@ fn main() {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--messages" => n = args.next().and_then(|v| v.parse().ok()).expect("--messages N"),
-            "--only" => only.push(args.next().expect("--only TEXT (runs the configurations whose name holds it)")),
+            "--only" => only.push(
+                args.next()
+                    .expect("--only TEXT (runs the configurations whose name holds it)"),
+            ),
             "--bench" => {}
             other => {
                 eprintln!("consumer bench: unknown argument {other:?} (--messages N, --only TEXT)");
@@ -210,7 +213,11 @@ fn main() {
         rows.push((name, rate));
     }
     let rate = |prefix: &str| {
-        let v: Vec<f64> = rows.iter().filter(|(n, _)| n.starts_with(prefix)).map(|(_, r)| *r).collect();
+        let v: Vec<f64> = rows
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix))
+            .map(|(_, r)| *r)
+            .collect();
         v.iter().sum::<f64>() / v.len().max(1) as f64
     };
     let (inboxed, plain) = (rate("inbox, batch 128 (default"), rate("no inbox, batch 128"));

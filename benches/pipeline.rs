@@ -48,7 +48,8 @@ impl Dbs {
         let server = Pool::new(Opts::from_url(SERVER).unwrap()).expect("MariaDB on 127.0.0.1:3306");
         let mut c = server.get_conn().unwrap();
         for db in ["orders", "points"] {
-            c.query_drop(format!("DROP DATABASE IF EXISTS outbox_pipe_{db}_{tag}")).unwrap();
+            c.query_drop(format!("DROP DATABASE IF EXISTS outbox_pipe_{db}_{tag}"))
+                .unwrap();
             c.query_drop(format!("CREATE DATABASE outbox_pipe_{db}_{tag}")).unwrap();
         }
         let orders_url = format!("{SERVER}/outbox_pipe_orders_{tag}");
@@ -148,7 +149,11 @@ fn credit_with(group: String) -> impl Fn(&mut mysql::Transaction<'_>, &Message) 
         let body: serde_json::Value = serde_json::from_slice(&m.body)?;
         tx.exec_drop(
             "INSERT INTO credits (grp, order_no, points) VALUES (?, ?, ?)",
-            (&group, body["order"].as_str().unwrap_or_default(), body["points"].as_i64().unwrap_or(0)),
+            (
+                &group,
+                body["order"].as_str().unwrap_or_default(),
+                body["points"].as_i64().unwrap_or(0),
+            ),
         )?;
         Ok(())
     }
@@ -272,13 +277,48 @@ fn rates(n: u64) {
     let relay = relay_drain(&dbs, &t, n);
     println!("  {:<58} {relay:>9.0} events/s", "relay, unordered drain (defaults)");
     let raw = raw_pull(&t, n);
-    println!("  {:<58} {raw:>9.0} msg/s", "raw pull (lite pull consumer, no database)");
+    println!(
+        "  {:<58} {raw:>9.0} msg/s",
+        "raw pull (lite pull consumer, no database)"
+    );
     let runs: [(&str, &str, Shape); 6] = [
-        ("consumer defaults (inbox, batches, one INSERT per message)", "defaults", DEFAULTS),
-        ("consumer without the inbox", "noinbox", Shape { inbox: false, ..DEFAULTS }),
-        ("consumer, one message per transaction (batch.max 1)", "single", Shape { batch_max: 1, ..DEFAULTS }),
-        ("consumer, batch handler (one multi-row INSERT per batch)", "batchh", Shape { batch_handler: true, ..DEFAULTS }),
-        ("consumer without the inbox, again", "noinbox2", Shape { inbox: false, ..DEFAULTS }),
+        (
+            "consumer defaults (inbox, batches, one INSERT per message)",
+            "defaults",
+            DEFAULTS,
+        ),
+        (
+            "consumer without the inbox",
+            "noinbox",
+            Shape {
+                inbox: false,
+                ..DEFAULTS
+            },
+        ),
+        (
+            "consumer, one message per transaction (batch.max 1)",
+            "single",
+            Shape {
+                batch_max: 1,
+                ..DEFAULTS
+            },
+        ),
+        (
+            "consumer, batch handler (one multi-row INSERT per batch)",
+            "batchh",
+            Shape {
+                batch_handler: true,
+                ..DEFAULTS
+            },
+        ),
+        (
+            "consumer without the inbox, again",
+            "noinbox2",
+            Shape {
+                inbox: false,
+                ..DEFAULTS
+            },
+        ),
         ("consumer defaults, again", "defaults2", DEFAULTS),
     ];
     let mut got = Vec::new();
@@ -336,9 +376,14 @@ fn start_writers(
                         Some(k) => format!("USER-{}", (i * writers as u64 + w as u64) % k),
                         None => order.clone(),
                     };
-                    let payload = format!("{{\"order\":\"{order}\",\"points\":{},\"note\":\"{}\"}}", i % 100, "x".repeat(140));
+                    let payload = format!(
+                        "{{\"order\":\"{order}\",\"points\":{},\"note\":\"{}\"}}",
+                        i % 100,
+                        "x".repeat(140)
+                    );
                     let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
-                    tx.exec_drop("INSERT INTO orders (order_no, amount) VALUES (?, ?)", (&order, i % 100)).unwrap();
+                    tx.exec_drop("INSERT INTO orders (order_no, amount) VALUES (?, ?)", (&order, i % 100))
+                        .unwrap();
                     relay
                         .enqueue_in_tx(&mut tx, &NewEvent::new(key, "ORDER_PAID", payload.into_bytes()))
                         .unwrap();
@@ -407,12 +452,22 @@ fn latency(secs: u64) {
     for (name, ordered) in [("unordered", false), ("ordered (per-biz-no, 400 keys)", true)] {
         let p = Pipeline::start(if ordered { "lat_o" } else { "lat_u" }, ordered);
         let (stop, committed) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-        let writers = start_writers(p.relay.clone(), 4, 1000, ordered.then_some(400), stop.clone(), committed.clone());
+        let writers = start_writers(
+            p.relay.clone(),
+            4,
+            1000,
+            ordered.then_some(400),
+            stop.clone(),
+            committed.clone(),
+        );
         std::thread::sleep(Duration::from_secs(secs));
         stop.store(true, Relaxed);
         writers.into_iter().for_each(|w| w.join().unwrap());
         let n = committed.load(Relaxed);
-        assert!(wait_for(Duration::from_secs(120), || p.credited() >= n), "{name}: not all credited");
+        assert!(
+            wait_for(Duration::from_secs(120), || p.credited() >= n),
+            "{name}: not all credited"
+        );
         let mut ms: Vec<f64> = p
             .dbs
             .points
@@ -492,7 +547,9 @@ fn main() {
             "--only" => only.push(args.next().expect("--only rates|latency|sustained")),
             "--bench" => {}
             other => {
-                eprintln!("pipeline bench: unknown argument {other:?} (--events N, --secs S, --only rates|latency|sustained)");
+                eprintln!(
+                    "pipeline bench: unknown argument {other:?} (--events N, --secs S, --only rates|latency|sustained)"
+                );
                 std::process::exit(2);
             }
         }

@@ -357,20 +357,21 @@ fn pause(rate_per_sec: u64, done: u64, elapsed: Duration) -> Option<Duration> {
     due.checked_sub(elapsed).filter(|p| !p.is_zero())
 }
 
-/// Records in `outbox_audit` that `actor` did `action` to these rows of `table`, one audit row
-/// each (`(event id, detail)`), inside the caller's transaction: one statement, every value a
-/// literal. A database without `outbox_audit` is an error saying how to create it.
+/// Records in `outbox_audit` that `actor` did `action` (`replay`, `discard`, `pause`, ...) to
+/// these rows of `table`, one audit row each (`(event id, detail)`; 0 for an action on the table
+/// as a whole), inside the caller's transaction: one statement, every value a literal. A database
+/// without `outbox_audit` is an error saying how to create it.
 pub(crate) fn audit<Q: Queryable>(
     q: &mut Q,
     table: &str,
-    action: DeadLetterAction,
+    action: &str,
     actor: &str,
     rows: &[(EventId, Option<String>)],
 ) -> Result<()> {
     if rows.is_empty() {
         return Ok(());
     }
-    let (table, action, actor) = (lit(table), lit(action.name()), lit(actor));
+    let (table, action, actor) = (lit(table), lit(action), lit(actor));
     let mut values = String::new();
     for (id, detail) in rows {
         if !values.is_empty() {
@@ -390,7 +391,7 @@ pub(crate) fn audit<Q: Queryable>(
         mysql::Error::MySqlError(me) if me.code == 1146 => Error::Migration {
             version: 0,
             description: "table outbox_audit".into(),
-            reason: "does not exist; dead-letter actions are audited there: create it with `outboxd migrate` \
+            reason: "does not exist; operator actions are audited there: create it with `outboxd migrate` \
                      or outbox::migrate (migration V4)"
                 .into(),
         },
@@ -451,7 +452,7 @@ pub fn act_on_dead_letters(
                 (&opts.actor,),
             )?;
             let rows: Vec<(EventId, Option<String>)> = changed.iter().map(|id| (*id, None)).collect();
-            audit(&mut tx, &t, action, &opts.actor, &rows)?;
+            audit(&mut tx, &t, action.name(), &opts.actor, &rows)?;
         }
         tx.commit()?;
         done += changed.len() as u64;

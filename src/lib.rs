@@ -14,6 +14,7 @@ pub mod admin;
 mod breaker;
 pub mod config;
 pub mod consumer;
+pub mod control;
 pub mod db;
 pub mod error;
 pub mod event;

@@ -72,6 +72,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "dead letters by group and key",
         sql: include_str!("../migrations/V11__dead_letter_group_key_index.sql"),
     },
+    Migration {
+        version: 12,
+        description: "create outbox_control",
+        sql: include_str!("../migrations/V12__create_outbox_control.sql"),
+    },
 ];
 
 /// What each migration costs a live table, on MariaDB 10.11 (checked with explicit `ALGORITHM`
@@ -99,6 +104,7 @@ pub fn lock_cost(version: u32) -> &'static str {
         9 => "ADD COLUMN event_key (nullable, last), ALGORITHM=INSTANT: instant on any table",
         10 => "CREATE TABLE IF NOT EXISTS outbox_inbox_dead_letter: instant; nothing if the table exists",
         11 => "ADD INDEX IF NOT EXISTS on outbox_inbox_dead_letter, ALGORITHM=INPLACE, LOCK=NONE: writes go on",
+        12 => "CREATE TABLE IF NOT EXISTS outbox_control: instant; nothing if the table exists",
         _ => "not documented",
     }
 }

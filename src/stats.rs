@@ -334,12 +334,20 @@ pub struct Stats {
     /// Ordered relays: how long claim rounds have found due events and nothing claimable, with
     /// no key of theirs in flight (docs/ordering.md, "The window, and keys that stay blocked"); `None` otherwise.
     pub ordered_blocked: Option<Duration>,
+    /// Why the relay does not claim: its table is paused (by whom, since when, why), or `None`.
+    pub paused: Option<String>,
     /// Database gauges, `None` if the database did not answer.
     pub gauges: Option<Gauges>,
 }
 
 impl Counters {
-    pub fn snapshot(&self, instance_id: &str, breaker_state: BreakerState, gauges: Option<Gauges>) -> Stats {
+    pub fn snapshot(
+        &self,
+        instance_id: &str,
+        breaker_state: BreakerState,
+        paused: Option<String>,
+        gauges: Option<Gauges>,
+    ) -> Stats {
         let g = |c: &AtomicU64| c.load(Relaxed);
         Stats {
             instance_id: instance_id.to_string(),
@@ -368,6 +376,7 @@ impl Counters {
             since_last_claim: self.claims.since_success(),
             stalled: self.stalled(),
             ordered_blocked: self.blocked.length(),
+            paused,
             gauges,
         }
     }
@@ -424,6 +433,7 @@ impl Stats {
             "since_last_claim_ms": self.since_last_claim.map(ms),
             "stalled": self.stalled,
             "ordered_blocked_ms": self.ordered_blocked.map(ms),
+            "paused": self.paused,
             "gauges": gauges,
         })
         .to_string()

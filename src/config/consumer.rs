@@ -161,7 +161,8 @@ impl ConsumerConfig {
 }
 
 /// Why a retention under [`MIN_INBOX_RETENTION`] is refused.
-pub(super) const RETENTION_TOO_SHORT: &str = "must be 0 (keep marks) or at least 3600000 (1 h): RocketMQ redelivers an \
+pub(super) const RETENTION_TOO_SHORT: &str =
+    "must be 0 (keep marks) or at least 3600000 (1 h): RocketMQ redelivers an \
      unacknowledged message for hours, and a copy arriving after its mark is deleted is handled again";
 
 impl Default for ConsumerConfig {

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
+use super::consumer::RETENTION_TOO_SHORT;
 use super::parse::{
     boolean, choice, fraction, int, millis, namesrv, optional, printable, redact_url, table_name, topic,
 };
-use super::consumer::{RETENTION_TOO_SHORT};
 use super::typed::*;
 use super::{StartFrom, MAX_BATCH_MAX, MIN_INBOX_RETENTION};
 use crate::error::ConfigError;

@@ -325,7 +325,7 @@ pub fn act_on_dead_letters(
                 .iter()
                 .map(|(id, key)| (*id, Some(audit_detail(group, key))))
                 .collect();
-            admin::audit(&mut tx, &table, action, &opts.actor, &rows)?;
+            admin::audit(&mut tx, &table, action.name(), &opts.actor, &rows)?;
         }
         tx.commit()?;
         done += locked.len() as u64;

@@ -173,7 +173,9 @@ fn already_parked(inner: &Inner, msg: &Message) -> bool {
         Ok(id) => id.is_some(),
         Err(e) => {
             inner.counters.db_errors.fetch_add(1, Relaxed);
-            inner.warn("park", || format!("could not look for a dead letter of key {:?}: {e}", msg.key));
+            inner.warn("park", || {
+                format!("could not look for a dead letter of key {:?}: {e}", msg.key)
+            });
             false
         }
     }

@@ -30,8 +30,8 @@
 
 pub mod dead_letter;
 mod handle;
-mod health;
 mod handler;
+mod health;
 mod message;
 mod replay;
 mod runtime;

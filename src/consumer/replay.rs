@@ -53,9 +53,7 @@ fn replay_one(inner: &Inner) -> std::result::Result<bool, String> {
     let table = &inner.config.dead_letter_table;
     let text = |e: Error| e.to_string();
     let mut conn = inner.pool.get_conn().map_err(|e| text(e.into()))?;
-    let mut tx = conn
-        .start_transaction(TxOpts::default())
-        .map_err(|e| text(e.into()))?;
+    let mut tx = conn.start_transaction(TxOpts::default()).map_err(|e| text(e.into()))?;
     let Some((id, msg, attempts)) = dead_letter::take_replay(&mut tx, table, &inner.config.group).map_err(text)? else {
         tx.commit().map_err(|e| text(e.into()))?;
         return Ok(false);

@@ -14,16 +14,16 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use mysql::Pool;
 use parking_lot::Mutex;
 
-use crate::config::ConsumerConfig;
 use super::handle::handle_batch;
-use super::health::{Health, Seen};
 use super::handler::{BatchHandler, Handler, Handling};
+use super::health::{Health, Seen};
 use super::message::{KeySource, Message, QueueRef};
 use super::replay::replay_loop;
 use super::shared::Inner;
 use super::source::Source;
 use super::stats::ConsumerStats;
 use super::stats::Counters;
+use crate::config::ConsumerConfig;
 use crate::error::{Error, Result};
 use crate::inbox::Inbox;
 

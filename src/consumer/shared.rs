@@ -10,12 +10,12 @@ use crossbeam_channel::Receiver;
 use mysql::Pool;
 use parking_lot::Mutex;
 
-use crate::config::ConsumerConfig;
 use super::handler::Handling;
 use super::health::Health;
 use super::message::QueueRef;
 use super::source::Source;
 use super::stats::Counters;
+use crate::config::ConsumerConfig;
 use crate::inbox::Inbox;
 
 pub(super) struct Inner {

@@ -246,15 +246,15 @@ fn start(config: &crate::config::Config, topic: &str, group: &str, handler: CHan
     ))?);
     Ok(match handler {
         CHandler::Each(cb, ud) => {
-            let run = move |tx: &mut mysql::Transaction<'_>, m: &Message| call_handler(tx, std::slice::from_ref(m), |t, v, e, n| {
-                // SAFETY: the host's callback, called as its documentation says.
-                unsafe { cb(ud.ptr(), t, v.as_ptr(), e, n) }
-            });
+            let run = move |tx: &mut mysql::Transaction<'_>, m: &Message| {
+                call_handler(tx, std::slice::from_ref(m), |t, v, e, n| {
+                    // SAFETY: the host's callback, called as its documentation says.
+                    unsafe { cb(ud.ptr(), t, v.as_ptr(), e, n) }
+                })
+            };
             Consumer::start(cc, pool, source, std::sync::Arc::new(run))?
         }
-        CHandler::Batch(cb, ud) => {
-            Consumer::start_batch(cc, pool, source, std::sync::Arc::new(BatchCallback(cb, ud)))?
-        }
+        CHandler::Batch(cb, ud) => Consumer::start_batch(cc, pool, source, std::sync::Arc::new(BatchCallback(cb, ud)))?,
     })
 }
 

@@ -46,7 +46,10 @@ impl outbox_tx {
     pub(crate) fn borrowed(tx: &mut mysql::Transaction<'_>) -> outbox_tx {
         let p: *mut mysql::Transaction<'static> = (tx as *mut mysql::Transaction<'_>).cast();
         outbox_tx {
-            kind: TxKind::Borrowed { tx: p, transient: false },
+            kind: TxKind::Borrowed {
+                tx: p,
+                transient: false,
+            },
         }
     }
 
@@ -140,13 +143,15 @@ fn ends_transaction(sql: &str, implicit: bool) -> Option<String> {
         "ROLLBACK" => w(1) != "TO",
         "START" => w(1) == "TRANSACTION",
         "LOCK" => w(1) == "TABLES" || w(1) == "TABLE",
-        "SET" => w(1).trim_start_matches("@@").trim_start_matches("SESSION.").starts_with("AUTOCOMMIT")
-            || (w(1) == "SESSION" && w(2).starts_with("AUTOCOMMIT")),
+        "SET" => {
+            w(1).trim_start_matches("@@")
+                .trim_start_matches("SESSION.")
+                .starts_with("AUTOCOMMIT")
+                || (w(1) == "SESSION" && w(2).starts_with("AUTOCOMMIT"))
+        }
         _ => false,
     };
-    let ddl = implicit
-        && matches!(w(0), "CREATE" | "ALTER" | "DROP" | "RENAME" | "TRUNCATE")
-        && w(1) != "TEMPORARY";
+    let ddl = implicit && matches!(w(0), "CREATE" | "ALTER" | "DROP" | "RENAME" | "TRUNCATE") && w(1) != "TEMPORARY";
     (explicit || ddl).then(|| words.iter().take(2).cloned().collect::<Vec<_>>().join(" "))
 }
 
@@ -355,8 +360,14 @@ mod tests {
         ] {
             assert!(ends_transaction(sql, false).is_none(), "{sql}");
         }
-        assert_eq!(ends_transaction("create table t (x int)", true).as_deref(), Some("CREATE TABLE"));
-        assert_eq!(ends_transaction("TRUNCATE credits", true).as_deref(), Some("TRUNCATE CREDITS"));
+        assert_eq!(
+            ends_transaction("create table t (x int)", true).as_deref(),
+            Some("CREATE TABLE")
+        );
+        assert_eq!(
+            ends_transaction("TRUNCATE credits", true).as_deref(),
+            Some("TRUNCATE CREDITS")
+        );
         assert!(ends_transaction("CREATE TEMPORARY TABLE t (x INT)", true).is_none());
         assert_eq!(ends_transaction("commit", true).as_deref(), Some("COMMIT"));
     }

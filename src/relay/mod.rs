@@ -31,6 +31,7 @@ use parking_lot::Mutex;
 
 use crate::breaker::Breaker;
 use crate::config::Config;
+use crate::control::PauseCheck;
 pub use crate::db::connect;
 use crate::error::{Error, Result};
 use crate::event::{EventId, NewEvent};
@@ -174,6 +175,7 @@ impl Relay {
         // rather than failing every claim or enqueue later.
         crate::migrate::check_table_shape(&pool, &config, &owner, publisher.is_some())?;
         let store = Store::new(pool, &config, owner);
+        let pause = PauseCheck::new(&config.table);
         let (wake_tx, wake_rx) = bounded(1);
         let (capacity_tx, capacity_rx) = bounded(1);
         let Some(publisher) = publisher else {
@@ -196,6 +198,7 @@ impl Relay {
                     capacity_tx,
                     stopping: AtomicBool::new(true),
                     chunk_seq: AtomicU64::new(0),
+                    pause,
                 }),
                 running: Mutex::new(None),
                 stopped: AtomicBool::new(false),
@@ -217,6 +220,7 @@ impl Relay {
             capacity_tx,
             stopping: AtomicBool::new(false),
             chunk_seq: AtomicU64::new(0),
+            pause,
         });
         let mut handles = Vec::new();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<JoinHandle<()>> {
@@ -387,7 +391,8 @@ impl Relay {
 
     fn counters_only(&self, gauges: Option<crate::store::Gauges>) -> Stats {
         let state = self.inner.breaker.lock().state();
-        self.inner.counters.snapshot(self.instance_id(), state, gauges)
+        let paused = self.inner.pause.last().map(|p| p.to_string());
+        self.inner.counters.snapshot(self.instance_id(), state, paused, gauges)
     }
 
     /// Stops claiming, lets sends in flight finish until `timeout`, returns claimed-but-unsent

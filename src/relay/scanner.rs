@@ -13,6 +13,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::shared::{finish, release_chunk_unsent, wait, wait_or_capacity, Chunk, Inner, Lease};
 use crate::breaker::Permit;
 use crate::config::{ClaimStrategy, Config};
+use crate::control::PauseCheck;
 use crate::event::OutboundEvent;
 use crate::stats::{Counters, OrderedRound};
 use crate::store::{ClaimRound, Claimed, ScanPosition};
@@ -35,6 +36,13 @@ pub(super) fn scanner_loop(
     let mut position: Option<ScanPosition> = None;
     let mut last_head_scan = Instant::now();
     while !inner.stopping.load(SeqCst) {
+        // A paused table (an operator's control) is not claimed from; what is in flight
+        // finishes. Read at most once a second.
+        if inner.pause.paused(inner.store.pool()).is_some() {
+            position = None;
+            wait(&wake, &shutdown, PauseCheck::EVERY);
+            continue;
+        }
         let in_flight = inner.counters.in_flight.load(SeqCst) as usize;
         let free = cfg.max_in_flight.saturating_sub(in_flight);
         // Backpressure: claim only when a whole batch fits, so a draining backlog is claimed in

@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use super::hooks::{DeadLetterHook, LatencyHook};
 use crate::breaker::Breaker;
 use crate::config::Config;
+use crate::control::PauseCheck;
 use crate::error::Result;
 use crate::event::{EventId, OutboundEvent};
 use crate::publisher::Publisher;
@@ -53,6 +54,8 @@ pub(super) struct Inner {
     pub(super) capacity_tx: Sender<()>,
     pub(super) stopping: AtomicBool,
     pub(super) chunk_seq: AtomicU64,
+    /// Whether the table is paused (`outbox_control`), read at most once a second.
+    pub(super) pause: PauseCheck,
 }
 
 /// Waits for a wake-up, the shutdown signal or the timeout, whichever comes first.

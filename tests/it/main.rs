@@ -5,6 +5,7 @@ mod bad_input;
 mod consumer;
 #[cfg(feature = "rocketmq")]
 mod consumer_e2e;
+mod control;
 #[cfg(feature = "daemon")]
 mod daemon;
 mod event_key;

@@ -70,6 +70,13 @@ enum Command {
         #[command(subcommand)]
         command: DeadCommand,
     },
+    /// Pause or resume claiming on the configured table, for every relay of it (through the
+    /// database, not a lock): while paused, relays claim nothing new and finish what they hold;
+    /// each change is audited in outbox_audit.
+    Control {
+        #[command(subcommand)]
+        command: ControlCommand,
+    },
     /// Delete sent rows older than an age, in small batches, once.
     Purge {
         /// Age, e.g. 7d; defaults to retention.age.ms.
@@ -87,6 +94,26 @@ enum ConfigCommand {
     Check,
     /// Print every key with its default and meaning, as TOML (a documented outbox.toml).
     Example,
+}
+
+#[derive(Subcommand)]
+enum ControlCommand {
+    /// Stop every relay of the table from claiming, within a second.
+    Pause {
+        /// Why, shown by status, the console and the relays' logs.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Who, written to outbox_audit; defaults to $USER@hostname.
+        #[arg(long, value_parser = actor)]
+        actor: Option<String>,
+    },
+    /// Let the table's relays claim again.
+    Resume {
+        #[arg(long, value_parser = actor)]
+        actor: Option<String>,
+    },
+    /// Whether the table is paused, since when, by whom and why.
+    Status,
 }
 
 #[derive(Args, Clone)]
@@ -295,6 +322,7 @@ fn main() -> ExitCode {
         Command::Migrate { dry_run } => migrate(&effective.config, dry_run),
         Command::Status { json } => status(&effective.config, json),
         Command::DeadLetters { command } => dead_letters(&effective.config, command),
+        Command::Control { command } => control(&effective.config, command),
         Command::Purge { older_than, batch } => purge(&effective.config, older_than, batch),
     };
     match result {
@@ -510,6 +538,34 @@ fn status(config: &Config, json: bool) -> outbox::Result<()> {
                 r.age.as_secs_f64()
             );
         }
+    }
+    Ok(())
+}
+
+fn control(config: &Config, command: ControlCommand) -> outbox::Result<()> {
+    let pool = pool(config)?;
+    let table = &config.table;
+    match command {
+        ControlCommand::Pause { reason, actor } => {
+            let actor = actor.unwrap_or_else(default_actor);
+            if outbox::control::set_paused(&pool, table, true, &actor, reason.as_deref())? {
+                println!("table {table} paused by {actor}: its relays stop claiming within a second");
+            } else {
+                println!("table {table} was already paused: nothing changed");
+            }
+        }
+        ControlCommand::Resume { actor } => {
+            let actor = actor.unwrap_or_else(default_actor);
+            if outbox::control::set_paused(&pool, table, false, &actor, None)? {
+                println!("table {table} resumed by {actor}: its relays claim again within a second");
+            } else {
+                println!("table {table} was not paused: nothing changed");
+            }
+        }
+        ControlCommand::Status => match outbox::control::state(&mut pool.get_conn()?, table)? {
+            Some(p) => println!("table {table}: {p}"),
+            None => println!("table {table}: claiming (not paused)"),
+        },
     }
     Ok(())
 }

@@ -194,6 +194,12 @@ impl Collector for RelayCollector {
             "1 while the relay cannot make progress (claims or writes failing in a row; /healthz says why)",
             if s.stalled.is_some() { 1.0 } else { 0.0 },
         )?;
+        gauge(
+            &mut enc,
+            "outbox_paused",
+            "1 while an operator has paused claiming on the table (outboxd control, the console; /healthz says who and why)",
+            if s.paused.is_some() { 1.0 } else { 0.0 },
+        )?;
         if let Some(age) = s.since_last_claim {
             gauge(
                 &mut enc,
@@ -292,6 +298,10 @@ pub fn serve(addr: &str, target: Arc<Target>, latency: Latency) -> std::io::Resu
                             );
                             if let Some(why) = relay.stalled() {
                                 body.push_str(&format!("stalled: {why}\n"));
+                            }
+                            // Paused on purpose: said, but not unhealthy.
+                            if let Some(paused) = relay.counters().paused {
+                                body.push_str(&format!("{paused}\n"));
                             }
                             (if db && broker { 200 } else { 503 }, body, "text/plain")
                         }
