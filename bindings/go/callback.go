@@ -7,7 +7,9 @@ package outbox
 import "C"
 
 import (
+	"fmt"
 	"runtime/cgo"
+	"unsafe"
 )
 
 // outboxGoDeadLetter is called by the library (through the trampoline in outbox.go) on a relay
@@ -28,4 +30,47 @@ func outboxGoDeadLetter(handle C.uintptr_t, letter *C.outbox_dead_letter) {
 		RetryCount: uint32(letter.retry_count),
 		LastError:  C.GoString(letter.last_error),
 	})
+}
+
+// outboxGoConsume is a consumer's handler callback (outbox_consume_cb, through the trampoline in
+// consumer.go), called on a consumer thread with the lent transaction and one message.
+//
+//export outboxGoConsume
+func outboxGoConsume(handle C.uintptr_t, tx *C.outbox_tx, message *C.outbox_message, errBuf *C.char, errSize C.size_t) (rc C.int) {
+	defer containConsume(&rc, errBuf, errSize)
+	st := cgo.Handle(handle).Value().(*consumerState)
+	m, err := goMessage(message)
+	if err != nil {
+		writeCString(errBuf, errSize, err.Error())
+		return outcome(err)
+	}
+	return st.run(tx, []*Message{m}, errBuf, errSize)
+}
+
+// outboxGoConsumeBatch is a batch consumer's handler callback (outbox_consume_batch_cb).
+//
+//export outboxGoConsumeBatch
+func outboxGoConsumeBatch(handle C.uintptr_t, tx *C.outbox_tx, messages *C.outbox_message, count C.size_t, errBuf *C.char, errSize C.size_t) (rc C.int) {
+	defer containConsume(&rc, errBuf, errSize)
+	st := cgo.Handle(handle).Value().(*consumerState)
+	views := unsafe.Slice(messages, int(count))
+	msgs := make([]*Message, len(views))
+	for i := range views {
+		m, err := goMessage(&views[i])
+		if err != nil {
+			writeCString(errBuf, errSize, err.Error())
+			return outcome(err)
+		}
+		msgs[i] = m
+	}
+	return st.run(tx, msgs, errBuf, errSize)
+}
+
+// containConsume turns a panic of the binding's own callback code (the handler's are recovered
+// where it runs) into a failure of the message: it must not unwind into the library's frames.
+func containConsume(rc *C.int, errBuf *C.char, errSize C.size_t) {
+	if p := recover(); p != nil {
+		writeCString(errBuf, errSize, fmt.Sprintf("the Go consumer callback failed: %v", p))
+		*rc = C.int(CodePanic)
+	}
 }

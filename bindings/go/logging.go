@@ -99,10 +99,24 @@ func GetLogLevel() LogLevel {
 func outboxGoLog(level C.int, target *C.char, message *C.char) {
 	// A panicking handler must not unwind into the library's frames.
 	defer func() { _ = recover() }()
-	r := LogRecord{Level: LogLevel(level), Target: C.GoString(target), Message: C.GoString(message)}
+	deliver(LogRecord{Level: LogLevel(level), Target: C.GoString(target), Message: C.GoString(message)})
+}
+
+// deliver hands a record to the log function, or to the default.
+func deliver(r LogRecord) {
 	if f := logSink.Load().(logFunc).f; f != nil {
 		f(r)
 		return
 	}
 	defaultLog(r)
+}
+
+// logFromGo logs a record of this package's own (target "outbox::go::..."), where the library's
+// records go and under the same threshold. A panicking log function is contained.
+func logFromGo(level LogLevel, target, message string) {
+	if level == LogOff || level > GetLogLevel() {
+		return
+	}
+	defer func() { _ = recover() }()
+	deliver(LogRecord{Level: level, Target: target, Message: message})
 }

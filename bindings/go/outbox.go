@@ -9,9 +9,12 @@
 //   - your own database/sql transaction: EnqueueTx(ctx, sqlTx, relay, event) inserts the row with
 //     your driver using the library's statement; after sqlTx.Commit() call relay.Notify().
 //
-// On the consuming side, Inbox (pure Go, on the consumer's own *sql.Tx, any driver) runs a
-// handler once per consumer group and event key: inbox.ProcessTx(ctx, tx, group, key, msg,
-// handler), the key from EventKey(message properties).
+// On the consuming side, StartConsumer runs the library's consumer runtime with a Go handler: it
+// subscribes a topic with a consumer group and runs the handler once per new event key inside
+// the consumer's transaction (ConsumerTx), which also holds the key's inbox mark; offsets are
+// committed after the database commit, failures retried, poison messages parked. A service with
+// its own RocketMQ client uses Inbox instead (pure Go, on its own *sql.Tx, any driver):
+// inbox.ProcessTx(ctx, tx, group, key, msg, handler), the key from EventKey(message properties).
 //
 // Linking: the package carries its C header (outbox.h, the library's include/outbox.h) and links
 // -loutbox, or liboutbox.a with the build tag outbox_static. Point the linker at the built

@@ -318,7 +318,13 @@ func (t *Tx) release() {
 	runtime.SetFinalizer(t, nil)
 }
 
-func (t *Tx) withParams(query string, args []any, f func(h *C.outbox_tx, q *C.char, ps *C.outbox_param, n C.size_t) C.enum_outbox_result) error {
+// txWith runs f with a transaction's live handle, or fails when the transaction is no longer
+// usable; Tx.with and ConsumerTx.with are its two kinds.
+type txWith func(f func(h *C.outbox_tx) error) error
+
+// withParams converts query and args to C (the parameter encoding of every transaction of this
+// package) and runs f on the live handle through with.
+func withParams(with txWith, query string, args []any, f func(h *C.outbox_tx, q *C.char, ps *C.outbox_param, n C.size_t) C.enum_outbox_result) error {
 	q, err := cString(query, "the statement", CodeInvalidArgument)
 	if err != nil {
 		return err
@@ -329,16 +335,15 @@ func (t *Tx) withParams(query string, args []any, f func(h *C.outbox_tx, q *C.ch
 		return err
 	}
 	defer ps.free()
-	return t.with(func(h *C.outbox_tx) error {
+	return with(func(h *C.outbox_tx) error {
 		return call(func() C.enum_outbox_result { return f(h, q, ps.ps, C.size_t(ps.n)) })
 	})
 }
 
-// Exec runs a business statement with ? placeholders bound to args (never interpolated).
-// A statement the database refuses fails with ErrStatement and leaves the transaction open.
-func (t *Tx) Exec(query string, args ...any) (Result, error) {
+// txExec is Exec on any transaction of this package (outbox_tx_execute).
+func txExec(with txWith, query string, args []any) (Result, error) {
 	var affected, id C.uint64_t
-	err := t.withParams(query, args, func(h *C.outbox_tx, q *C.char, ps *C.outbox_param, n C.size_t) C.enum_outbox_result {
+	err := withParams(with, query, args, func(h *C.outbox_tx, q *C.char, ps *C.outbox_param, n C.size_t) C.enum_outbox_result {
 		return C.outbox_tx_execute(h, q, ps, n, &affected, &id)
 	})
 	if err != nil {
@@ -347,18 +352,29 @@ func (t *Tx) Exec(query string, args ...any) (Result, error) {
 	return Result{RowsAffected: uint64(affected), LastInsertID: uint64(id)}, nil
 }
 
-// QueryInt64 runs a query and reads the first column of its first row as an integer; found is
-// false when there was no row or the value was NULL.
-func (t *Tx) QueryInt64(query string, args ...any) (value int64, found bool, err error) {
+// txQueryInt64 is QueryInt64 on any transaction of this package (outbox_tx_query_int64).
+func txQueryInt64(with txWith, query string, args []any) (value int64, found bool, err error) {
 	var v C.int64_t
 	var f C.bool
-	err = t.withParams(query, args, func(h *C.outbox_tx, q *C.char, ps *C.outbox_param, n C.size_t) C.enum_outbox_result {
+	err = withParams(with, query, args, func(h *C.outbox_tx, q *C.char, ps *C.outbox_param, n C.size_t) C.enum_outbox_result {
 		return C.outbox_tx_query_int64(h, q, ps, n, &v, &f)
 	})
 	if err != nil {
 		return 0, false, err
 	}
 	return int64(v), bool(f), nil
+}
+
+// Exec runs a business statement with ? placeholders bound to args (never interpolated).
+// A statement the database refuses fails with ErrStatement and leaves the transaction open.
+func (t *Tx) Exec(query string, args ...any) (Result, error) {
+	return txExec(t.with, query, args)
+}
+
+// QueryInt64 runs a query and reads the first column of its first row as an integer; found is
+// false when there was no row or the value was NULL.
+func (t *Tx) QueryInt64(query string, args ...any) (value int64, found bool, err error) {
+	return txQueryInt64(t.with, query, args)
 }
 
 // Enqueue inserts ev into the outbox table inside the transaction and returns its id. Nothing
