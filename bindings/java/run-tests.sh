@@ -7,8 +7,8 @@
 # otherwise `cargo build --features jni` (plus $OUTBOX_CARGO_FEATURES, e.g. "rocketmq") into
 # ${CARGO_TARGET_DIR:-$HOME/.cache/outbox/target-jni} and its debug/ directory.
 # Database: $OUTBOX_TEST_MYSQL (default mysql://root@127.0.0.1:3306); each test class creates
-# and drops its own database outbox_j_<random>. Publish tests need the library built with
-# rocketmq and a name server on $OUTBOX_TEST_NAMESRV (default 127.0.0.1:9876); else skipped.
+# and drops its own database outbox_j_<random>. Publish and consumer tests need the library built
+# with rocketmq and a name server on $OUTBOX_TEST_NAMESRV (default 127.0.0.1:9876); else skipped.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"

@@ -1,8 +1,13 @@
 //! Registries behind the `long` handles given to Java. A handle is an index, never a pointer:
 //! handles come from one counter and are never reused, so a stale handle finds nothing.
+//!
+//! Transactions are of two kinds behind the same `OutboxTransaction` handles: library-owned ones
+//! (`txBegin`, ended by `txCommit`/`txRollback`), and a consumer's transaction lent to its Java
+//! handler for the duration of one call ([`lend_tx`]): statements run on it, but only the
+//! consumer ends it, and its handle is revoked when the call returns.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use mysql::Transaction;
@@ -16,6 +21,7 @@ use crate::relay::{DeadLetterHook, Relay};
 static NEXT: AtomicI64 = AtomicI64::new(1);
 static RELAYS: LazyLock<Mutex<HashMap<i64, Arc<RelayEntry>>>> = LazyLock::new(Default::default);
 static TXS: LazyLock<Mutex<HashMap<i64, Arc<TxEntry>>>> = LazyLock::new(Default::default);
+static LENT: LazyLock<Mutex<HashMap<i64, Arc<LentEntry>>>> = LazyLock::new(Default::default);
 
 /// A relay, and the dead-letter hook it was started with (kept for the binding's self-test).
 pub(crate) struct RelayEntry {
@@ -39,7 +45,22 @@ struct TxEntry {
     tx: Mutex<Option<OwnedTx>>,
 }
 
-fn next() -> i64 {
+/// A consumer's transaction lent to its handler: the pointer is `Some` only while [`lend_tx`]
+/// runs its callback (and the consumer's thread waits for it with the transaction borrowed).
+struct LentEntry {
+    tx: Mutex<Option<LentPtr>>,
+    /// A statement through it failed with a transient database error.
+    transient: AtomicBool,
+}
+
+struct LentPtr(*mut Transaction<'static>);
+
+// SAFETY: the pointer is dereferenced only under `LentEntry::tx`'s lock while `lend_tx` keeps
+// the transaction borrowed (on the consumer's thread, which waits for the callback); the
+// transaction and its connection are `Send`.
+unsafe impl Send for LentPtr {}
+
+pub(super) fn next() -> i64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -89,12 +110,70 @@ fn finished(handle: i64) -> Failure {
     Failure::IllegalState(format!("the transaction is finished (handle {handle} is not open)"))
 }
 
-/// Runs `f` on the open transaction `handle`, one call at a time.
-pub(crate) fn with_tx<T>(handle: i64, f: impl FnOnce(&Relay, &mut Transaction<'static>) -> JResult<T>) -> JResult<T> {
+/// Runs `f` on the open library-owned transaction `handle` (with its relay), one call at a time.
+/// A consumer's transaction is refused: it belongs to no relay.
+pub(crate) fn with_tx<T>(
+    handle: i64,
+    what: &str,
+    f: impl FnOnce(&Relay, &mut Transaction<'static>) -> JResult<T>,
+) -> JResult<T> {
+    refuse_if_lent(handle, what)?;
     let entry = TXS.lock().get(&handle).cloned().ok_or_else(|| finished(handle))?;
     let mut guard = entry.tx.lock();
     let tx = guard.as_deref_mut().ok_or_else(|| finished(handle))?;
     f(&entry.relay, tx)
+}
+
+/// Runs the statement `sql` through `f` on the transaction `handle`: a library-owned one, or a
+/// consumer's lent to its handler (where a statement that would end the transaction is refused,
+/// and a transient database failure is remembered for the consumer, see [`lend_tx`]).
+pub(crate) fn with_statement_tx<T>(
+    handle: i64,
+    sql: Option<&str>,
+    f: impl FnOnce(&mut Transaction<'static>) -> JResult<T>,
+) -> JResult<T> {
+    let lent = LENT.lock().get(&handle).cloned();
+    let Some(entry) = lent else {
+        return with_tx(handle, "a statement", |_, t| f(t));
+    };
+    if let Some(what) = sql.and_then(ends_transaction) {
+        return Err(Failure::IllegalArgument(format!(
+            "{what} is not allowed on the consumer's transaction: it would end the transaction behind \
+             the consumer (return from the handler to commit, throw to roll back)"
+        )));
+    }
+    let mut slot = entry.tx.lock();
+    let Some(ptr) = slot.as_mut() else {
+        return Err(lent_over(handle));
+    };
+    // SAFETY: `Some` only while `lend_tx` holds the transaction borrowed and waits for its
+    // callback; revoking takes this lock, so the transaction outlives this use.
+    let tx = unsafe { &mut *ptr.0 };
+    let result = f(tx);
+    if let Err(Failure::Core(e)) = &result {
+        if e.is_retriable() {
+            entry.transient.store(true, Ordering::SeqCst);
+        }
+    }
+    result
+}
+
+fn lent_over(handle: i64) -> Failure {
+    Failure::IllegalState(format!(
+        "the consumer's transaction (handle {handle}) is only usable during the handler call it was given to"
+    ))
+}
+
+/// Refuses `what` (commit, rollback, enqueue) on a consumer's transaction, which only the
+/// consumer ends and which belongs to no relay.
+pub(crate) fn refuse_if_lent(handle: i64, what: &str) -> JResult<()> {
+    if LENT.lock().contains_key(&handle) {
+        return Err(Failure::IllegalState(format!(
+            "{what} is not allowed on the consumer's transaction: the consumer commits it when the handler \
+             returns and rolls it back when the handler throws"
+        )));
+    }
+    Ok(())
 }
 
 /// Removes `handle` and hands back its transaction to commit or roll back.
@@ -104,7 +183,105 @@ pub(crate) fn take_tx(handle: i64) -> Option<(Arc<RelayEntry>, OwnedTx)> {
     Some((entry.relay.clone(), tx))
 }
 
-/// `(relays, transactions)` open now.
+/// Lends `tx` (a consumer's transaction) to `f` as a transaction handle, valid until `f`
+/// returns (or unwinds): then the handle is revoked, waiting for a statement still running on it
+/// from another thread. Returns `f`'s value and whether a statement through the handle failed
+/// with a transient database error (a lock wait timeout, a deadlock, a lost connection).
+pub(crate) fn lend_tx<R>(tx: &mut Transaction<'_>, f: impl FnOnce(i64) -> R) -> (R, bool) {
+    /// Revokes the handle when dropped, so an unwinding `f` cannot leave it usable.
+    struct Revoke(i64, Arc<LentEntry>);
+    impl Drop for Revoke {
+        fn drop(&mut self) {
+            LENT.lock().remove(&self.0);
+            *self.1.tx.lock() = None;
+        }
+    }
+    let handle = next();
+    let entry = Arc::new(LentEntry {
+        tx: Mutex::new(Some(LentPtr((tx as *mut Transaction<'_>).cast()))),
+        transient: AtomicBool::new(false),
+    });
+    LENT.lock().insert(handle, entry.clone());
+    let revoke = Revoke(handle, entry);
+    let value = f(handle);
+    let transient = revoke.1.transient.load(Ordering::SeqCst);
+    drop(revoke);
+    (value, transient)
+}
+
+/// The statement `sql` starts with, in upper case, when it would end a transaction: explicitly
+/// (COMMIT, ROLLBACK but not ROLLBACK TO a savepoint, BEGIN, START TRANSACTION, SET autocommit,
+/// XA, LOCK/UNLOCK TABLES) or by committing implicitly (CREATE, ALTER, DROP, RENAME, TRUNCATE,
+/// except of temporary tables). The same rule as the C ABI's consumer transaction.
+fn ends_transaction(sql: &str) -> Option<String> {
+    let words: Vec<String> = sql
+        .split(|c: char| c.is_whitespace() || c == ';' || c == '(')
+        .filter(|w| !w.is_empty())
+        .take(3)
+        .map(str::to_ascii_uppercase)
+        .collect();
+    let w = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    let explicit = match w(0) {
+        "COMMIT" | "BEGIN" | "XA" | "UNLOCK" => true,
+        "ROLLBACK" => w(1) != "TO",
+        "START" => w(1) == "TRANSACTION",
+        "LOCK" => w(1) == "TABLES" || w(1) == "TABLE",
+        "SET" => {
+            w(1).trim_start_matches("@@")
+                .trim_start_matches("SESSION.")
+                .starts_with("AUTOCOMMIT")
+                || (w(1) == "SESSION" && w(2).starts_with("AUTOCOMMIT"))
+        }
+        _ => false,
+    };
+    let ddl = matches!(w(0), "CREATE" | "ALTER" | "DROP" | "RENAME" | "TRUNCATE") && w(1) != "TEMPORARY";
+    (explicit || ddl).then(|| words.iter().take(2).cloned().collect::<Vec<_>>().join(" "))
+}
+
+/// `(relays, transactions)` open now (library-owned, and consumers' lent to a handler now).
 pub(crate) fn live() -> (usize, usize) {
-    (RELAYS.lock().len(), TXS.lock().len())
+    (RELAYS.lock().len(), TXS.lock().len() + LENT.lock().len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ends_transaction;
+
+    #[test]
+    fn statements_that_would_end_a_consumer_s_transaction_are_recognised() {
+        for sql in [
+            "COMMIT",
+            " commit work",
+            "ROLLBACK;",
+            "begin",
+            "START TRANSACTION READ ONLY",
+            "SET autocommit = 1",
+            "SET @@autocommit=0",
+            "set session autocommit = 1",
+            "XA START 'x'",
+            "LOCK TABLES t WRITE",
+            "UNLOCK TABLES",
+            "create table t (x int)",
+            "TRUNCATE credits",
+            "DROP TABLE t",
+        ] {
+            assert!(ends_transaction(sql).is_some(), "{sql}");
+        }
+        for sql in [
+            "ROLLBACK TO SAVEPOINT a",
+            "SAVEPOINT a",
+            "INSERT INTO commits VALUES (1)",
+            "SELECT 'COMMIT'",
+            "SET @x = 1",
+            "SET SESSION innodb_lock_wait_timeout = 1",
+            "CREATE TEMPORARY TABLE t (x INT)",
+            "UPDATE t SET begin = 1",
+        ] {
+            assert!(ends_transaction(sql).is_none(), "{sql}");
+        }
+        assert_eq!(
+            ends_transaction("truncate credits").as_deref(),
+            Some("TRUNCATE CREDITS")
+        );
+    }
 }

@@ -5,19 +5,26 @@
 //! `OutboxDatabaseException`, `OutboxStoppedException`, ...), and nothing but a pending
 //! exception and a harmless default reaches the JVM.
 //!
-//! Relays and library-owned transactions are handed to Java as `long` handles that index a
+//! Relays, consumers and transactions are handed to Java as `long` handles that index a
 //! registry of `Arc`s: a handle is never a pointer, is never reused, and a closed or unknown
 //! handle throws `OutboxStoppedException` instead of touching freed memory. A call in progress
 //! holds its own `Arc`, so closing a relay from another thread never frees it under that call.
+//!
+//! Files: the entry points of the library, the relay and library-owned transactions here; the
+//! consumer runtime's (`OutboxConsumer`) in `consumer.rs`; argument conversion in `args.rs`; the
+//! registries behind the handles (including the consumer's transaction, lent to its Java handler
+//! for one call) in `handles.rs`; the exception boundary in `boundary.rs`; log records and dead
+//! letters delivered to Java from native threads in `logging.rs` and `dead_letter.rs`.
 
+mod args;
 mod boundary;
+mod consumer;
 mod dead_letter;
 mod handles;
 mod logging;
 
 use std::ptr::null_mut;
 use std::sync::Arc;
-use std::time::Duration;
 
 use ::jni::objects::{JByteArray, JClass, JDoubleArray, JLongArray, JObject, JObjectArray, JString};
 use ::jni::sys::{jboolean, jint, jintArray, jlong, jlongArray, jobjectArray, jstring, JNI_FALSE, JNI_TRUE};
@@ -26,192 +33,17 @@ use mysql::prelude::Queryable;
 
 use crate::config::Config;
 use crate::error::{ConfigError, Error};
-use crate::event::NewEvent;
 use crate::relay::{DeadLetterHook, StopReport};
 use crate::store::DeadLetter;
+use args::{as_i64, config_from, event_from, int_array, jstr, long_array, millis, params_from, string};
 use boundary::{guard, string_array, Failure, JResult};
 
 /// Version of the contract between `outbox.jar` and this library (the set of native methods
 /// and their signatures). The jar refuses a library with another value.
-pub const JNI_ABI_VERSION: jint = 2;
+pub const JNI_ABI_VERSION: jint = 3;
 
 // ---------------------------------------------------------------------------------------------
-// argument conversion
-
-fn string(env: &mut JNIEnv<'_>, s: &JString<'_>, what: &'static str) -> JResult<String> {
-    opt_string(env, s)?.ok_or(Failure::Null(what))
-}
-
-fn opt_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> JResult<Option<String>> {
-    if s.is_null() {
-        return Ok(None);
-    }
-    Ok(Some(env.get_string(s)?.into()))
-}
-
-fn strings(env: &mut JNIEnv<'_>, array: &JObjectArray<'_>, what: &'static str) -> JResult<Vec<String>> {
-    if array.is_null() {
-        return Err(Failure::Null(what));
-    }
-    let n = env.get_array_length(array)?;
-    let mut out = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let item = JString::from(env.get_object_array_element(array, i)?);
-        out.push(string(env, &item, what)?);
-        env.delete_local_ref(item)?;
-    }
-    Ok(out)
-}
-
-fn bytes(env: &mut JNIEnv<'_>, array: &JByteArray<'_>) -> JResult<Vec<u8>> {
-    if array.is_null() {
-        return Ok(Vec::new());
-    }
-    Ok(env.convert_byte_array(array)?)
-}
-
-fn millis(ms: jlong) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-fn config_from(env: &mut JNIEnv<'_>, keys: &JObjectArray<'_>, values: &JObjectArray<'_>) -> JResult<Config> {
-    let keys = strings(env, keys, "configuration key")?;
-    let values = strings(env, values, "configuration value")?;
-    if keys.len() != values.len() {
-        return Err(Failure::IllegalArgument(format!(
-            "{} keys but {} values",
-            keys.len(),
-            values.len()
-        )));
-    }
-    let mut config = Config::default();
-    for (k, v) in keys.iter().zip(&values) {
-        config.set(k, v)?;
-    }
-    Ok(config)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn event_from(
-    env: &mut JNIEnv<'_>,
-    biz_no: &JString<'_>,
-    event_type: &JString<'_>,
-    payload: &JByteArray<'_>,
-    topic: &JString<'_>,
-    tag: &JString<'_>,
-    header_keys: &JObjectArray<'_>,
-    header_values: &JObjectArray<'_>,
-) -> JResult<NewEvent> {
-    // A null required field is reported like a blank one: as an invalid event naming the field.
-    let mut event = NewEvent {
-        biz_no: opt_string(env, biz_no)?.unwrap_or_default(),
-        event_type: opt_string(env, event_type)?.unwrap_or_default(),
-        payload: bytes(env, payload)?,
-        topic: opt_string(env, topic)?,
-        tag: opt_string(env, tag)?,
-        ..Default::default()
-    };
-    if !header_keys.is_null() || !header_values.is_null() {
-        let keys = strings(env, header_keys, "header key")?;
-        let values = strings(env, header_values, "header value")?;
-        if keys.len() != values.len() {
-            return Err(Failure::IllegalArgument(format!(
-                "{} header keys but {} values",
-                keys.len(),
-                values.len()
-            )));
-        }
-        event.headers = keys.into_iter().zip(values).collect();
-    }
-    Ok(event)
-}
-
-/// Positional statement parameters, encoded by `OutboxTransaction` as a kind per parameter
-/// (0 NULL, 1 integer from `ints`, 2 double from `doubles`, 3 bytes from `blobs`).
-fn params_from(
-    env: &mut JNIEnv<'_>,
-    kinds: &JByteArray<'_>,
-    ints: &JLongArray<'_>,
-    doubles: &JDoubleArray<'_>,
-    blobs: &JObjectArray<'_>,
-) -> JResult<mysql::Params> {
-    if kinds.is_null() || ints.is_null() || doubles.is_null() || blobs.is_null() {
-        return Err(Failure::Null("statement parameters"));
-    }
-    let kinds = env.convert_byte_array(kinds)?;
-    if kinds.is_empty() {
-        return Ok(mysql::Params::Empty);
-    }
-    let n = kinds.len();
-    let same_length = [
-        env.get_array_length(ints)?,
-        env.get_array_length(doubles)?,
-        env.get_array_length(blobs)?,
-    ]
-    .iter()
-    .all(|&l| l as usize == n);
-    if !same_length {
-        return Err(Failure::IllegalArgument("parameter arrays of different lengths".into()));
-    }
-    let mut int_values = vec![0i64; n];
-    env.get_long_array_region(ints, 0, &mut int_values)?;
-    let mut double_values = vec![0f64; n];
-    env.get_double_array_region(doubles, 0, &mut double_values)?;
-    let mut out = Vec::with_capacity(n);
-    for (i, kind) in kinds.iter().enumerate() {
-        out.push(match kind {
-            0 => mysql::Value::NULL,
-            1 => mysql::Value::Int(int_values[i]),
-            2 => mysql::Value::Double(double_values[i]),
-            3 => {
-                let blob = JByteArray::from(env.get_object_array_element(blobs, i as i32)?);
-                let v = if blob.is_null() {
-                    mysql::Value::NULL
-                } else {
-                    mysql::Value::Bytes(env.convert_byte_array(&blob)?)
-                };
-                env.delete_local_ref(blob)?;
-                v
-            }
-            k => {
-                return Err(Failure::IllegalArgument(format!(
-                    "parameter {} has unknown kind {k}",
-                    i + 1
-                )))
-            }
-        });
-    }
-    Ok(mysql::Params::Positional(out))
-}
-
-/// A whole number from a column value: integers, and text such as `990` or `990.00` (DECIMAL).
-fn as_i64(v: &mysql::Value) -> Option<i64> {
-    match v {
-        mysql::Value::Int(n) => Some(*n),
-        mysql::Value::UInt(n) => i64::try_from(*n).ok(),
-        mysql::Value::Bytes(b) => {
-            let s = std::str::from_utf8(b).ok()?.trim();
-            let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
-            if !frac.bytes().all(|c| c == b'0') {
-                return None;
-            }
-            whole.parse().ok()
-        }
-        _ => None,
-    }
-}
-
-fn long_array(env: &mut JNIEnv<'_>, values: &[i64]) -> JResult<jlongArray> {
-    let array = env.new_long_array(values.len() as i32)?;
-    env.set_long_array_region(&array, 0, values)?;
-    Ok(array.into_raw())
-}
-
-fn int_array(env: &mut JNIEnv<'_>, values: &[i32]) -> JResult<jintArray> {
-    let array = env.new_int_array(values.len() as i32)?;
-    env.set_int_array_region(&array, 0, values)?;
-    Ok(array.into_raw())
-}
+// results
 
 fn report_array(env: &mut JNIEnv<'_>, r: &StopReport) -> JResult<jlongArray> {
     let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -231,10 +63,6 @@ fn migration_array(env: &mut JNIEnv<'_>, r: &crate::migrate::MigrationReport) ->
     let mut v = vec![clamp(r.current)];
     v.extend(r.applied.iter().map(|&n| clamp(n)));
     int_array(env, &v)
-}
-
-fn jstr(env: &mut JNIEnv<'_>, s: impl AsRef<str>) -> JResult<jstring> {
-    Ok(env.new_string(s.as_ref())?.into_raw())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -436,12 +264,13 @@ pub extern "system" fn Java_io_outbox_Native_migrateConfig<'l>(
     })
 }
 
-/// Handles live in this process: `[relays, transactions]` (for tests of the Cleaner backstop).
+/// Handles live in this process: `[relays, transactions, consumers]` (for tests of the Cleaner
+/// backstop).
 #[no_mangle]
 pub extern "system" fn Java_io_outbox_Native_liveHandles<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jlongArray {
     guard(&mut env, null_mut(), |env| {
         let (relays, txs) = handles::live();
-        long_array(env, &[relays as i64, txs as i64])
+        long_array(env, &[relays as i64, txs as i64, consumer::live() as i64])
     })
 }
 
@@ -660,8 +489,8 @@ pub extern "system" fn Java_io_outbox_Native_txExecute<'l>(
     guard(&mut env, 0, |env| {
         let sql = string(env, &sql, "sql")?;
         let params = params_from(env, &kinds, &ints, &doubles, &blobs)?;
-        handles::with_tx(tx, |_, t| {
-            t.exec_drop(sql, params)?;
+        handles::with_statement_tx(tx, Some(&sql), |t| {
+            t.exec_drop(&sql, params)?;
             Ok(i64::try_from(t.affected_rows()).unwrap_or(i64::MAX))
         })
     })
@@ -683,8 +512,8 @@ pub extern "system" fn Java_io_outbox_Native_txQueryLong<'l>(
     guard(&mut env, null_mut(), |env| {
         let sql = string(env, &sql, "sql")?;
         let params = params_from(env, &kinds, &ints, &doubles, &blobs)?;
-        let value = handles::with_tx(tx, |_, t| {
-            let row: Option<mysql::Row> = t.exec_first(sql, params)?;
+        let value = handles::with_statement_tx(tx, Some(&sql), |t| {
+            let row: Option<mysql::Row> = t.exec_first(&sql, params)?;
             match row.and_then(|r| r.as_ref(0).cloned()) {
                 None | Some(mysql::Value::NULL) => Ok(None),
                 Some(v) => as_i64(&v)
@@ -703,7 +532,7 @@ pub extern "system" fn Java_io_outbox_Native_txLastInsertId<'l>(
     tx: jlong,
 ) -> jlong {
     guard(&mut env, 0, |_| {
-        handles::with_tx(tx, |_, t| {
+        handles::with_statement_tx(tx, None, |t| {
             Ok(t.last_insert_id().map_or(0, |id| i64::try_from(id).unwrap_or(i64::MAX)))
         })
     })
@@ -734,17 +563,19 @@ pub extern "system" fn Java_io_outbox_Native_txEnqueue<'l>(
             &header_keys,
             &header_values,
         )?;
-        handles::with_tx(tx, |relay, t| {
+        handles::with_tx(tx, "enqueue", |relay, t| {
             let id = relay.enqueue_in_tx(t, &event)?;
             Ok(i64::try_from(id).unwrap_or(i64::MAX))
         })
     })
 }
 
-/// Commits and wakes the relay. The handle is released whatever the outcome.
+/// Commits and wakes the relay. The handle is released whatever the outcome. Refused on a
+/// consumer's transaction (only the consumer ends it).
 #[no_mangle]
 pub extern "system" fn Java_io_outbox_Native_txCommit<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>, tx: jlong) {
     guard(&mut env, (), |_| {
+        handles::refuse_if_lent(tx, "commit")?;
         let (relay, t) = handles::take_tx(tx)
             .ok_or_else(|| Failure::IllegalState(format!("transaction {tx} is already finished")))?;
         t.commit().map_err(Error::Db)?;
@@ -753,10 +584,12 @@ pub extern "system" fn Java_io_outbox_Native_txCommit<'l>(mut env: JNIEnv<'l>, _
     })
 }
 
-/// Rolls back and releases the handle; a finished or unknown handle is a no-op.
+/// Rolls back and releases the handle; a finished or unknown handle is a no-op. Refused on a
+/// consumer's transaction (only the consumer ends it).
 #[no_mangle]
 pub extern "system" fn Java_io_outbox_Native_txRollback<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>, tx: jlong) {
     guard(&mut env, (), |_| {
+        handles::refuse_if_lent(tx, "rollback")?;
         if let Some((_, t)) = handles::take_tx(tx) {
             t.rollback().map_err(Error::Db)?;
         }

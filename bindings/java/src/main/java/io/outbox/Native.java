@@ -12,7 +12,7 @@ import java.util.concurrent.ConcurrentHashMap;
  */
 final class Native {
     /** Must equal {@code JNI_ABI_VERSION} in src/jni/mod.rs. */
-    static final int ABI_VERSION = 2;
+    static final int ABI_VERSION = 3;
 
     /** System property naming the library file, or a directory holding it. */
     static final String PATH_PROPERTY = "outbox.library.path";
@@ -299,6 +299,7 @@ final class Native {
 
     static native int[] migrateConfig(String[] keys, String[] values);
 
+    /** {@code [relays, transactions, consumers]} open in this process. */
     static native long[] liveHandles();
 
     static native void selfTestPanic();
@@ -339,4 +340,19 @@ final class Native {
     static native void txCommit(long tx);
 
     static native void txRollback(long tx);
+
+    // --- consumer runtime (OutboxConsumer)
+
+    /** Starts a consumer; {@code dispatcher.dispatch} runs on its threads. Returns its handle. */
+    static native long consumerStart(String[] keys, String[] values, String topic, String group,
+            OutboxConsumer.Dispatcher dispatcher, boolean batch);
+
+    /** The consumer's counters as JSON. */
+    static native String consumerStats(long handle);
+
+    /** Stops the consumer (blocking) and returns its final counters as JSON; the handle stays open. */
+    static native String consumerStop(long handle);
+
+    /** Stops (if needed) and releases the consumer; its final counters as JSON, or null for a handle not open. */
+    static native String consumerClose(long handle);
 }

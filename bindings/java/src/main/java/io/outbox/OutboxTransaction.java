@@ -19,6 +19,13 @@ import java.util.concurrent.atomic.AtomicLong;
  * add events with {@link #enqueue}, then {@link #commit()} (which also wakes the relay).
  * Closing it without a commit rolls it back.
  *
+ * <p>An {@link OutboxConsumer}'s handler gets one too: the consumer's transaction, which already
+ * holds the message's inbox mark. There {@link #execute}, {@link #queryLong} and
+ * {@link #lastInsertId} work as here (a statement that would end the transaction, such as
+ * {@code COMMIT} or DDL, is refused), but only the consumer ends it: {@link #commit()},
+ * {@link #rollback()}, {@link #close()} and {@link #enqueue} throw {@link IllegalStateException}
+ * and change nothing, and it is usable only during the handler call that received it.
+ *
  * <pre>{@code
  * try (OutboxTransaction tx = outbox.begin()) {
  *     tx.execute("INSERT INTO orders (order_no, amount) VALUES (?, ?)", "ORD-1", new BigDecimal("9.90"));
@@ -53,6 +60,7 @@ public final class OutboxTransaction implements AutoCloseable {
     }
 
     private final State state;
+    /** {@code null} for a consumer's transaction, which only the consumer ends. */
     private final Cleaner.Cleanable cleanable;
 
     OutboxTransaction(long handle) {
@@ -60,12 +68,41 @@ public final class OutboxTransaction implements AutoCloseable {
         this.cleanable = Outbox.CLEANER.register(this, state);
     }
 
+    private OutboxTransaction(State lent) {
+        this.state = lent;
+        this.cleanable = null;
+    }
+
+    /** The consumer's transaction {@code handle}, lent to a handler for one call. */
+    static OutboxTransaction lent(long handle) {
+        return new OutboxTransaction(new State(handle));
+    }
+
+    /** Ends a lent transaction's use (the handler call returned); the native side revokes it too. */
+    void revoke() {
+        state.handle.set(0);
+    }
+
+    /** Whether this is an {@link OutboxConsumer}'s transaction, lent to its handler. */
+    public boolean isConsumerTransaction() {
+        return cleanable == null;
+    }
+
     private long handle() {
         long h = state.handle.get();
         if (h == 0) {
-            throw new IllegalStateException("the transaction is finished (committed, rolled back or closed)");
+            throw new IllegalStateException(isConsumerTransaction()
+                    ? "the consumer's transaction is only usable during the handler call it was given to"
+                    : "the transaction is finished (committed, rolled back or closed)");
         }
         return h;
+    }
+
+    private void refuseIfLent(String what) {
+        if (isConsumerTransaction()) {
+            throw new IllegalStateException(what + " is not allowed on the consumer's transaction: the consumer commits it "
+                    + "when the handler returns and rolls it back when the handler throws");
+        }
     }
 
     /** Runs one statement; returns the number of affected rows. */
@@ -100,6 +137,10 @@ public final class OutboxTransaction implements AutoCloseable {
 
     /** Inserts {@code event} in this transaction, validated against the relay's config; returns its id. */
     public long enqueue(Event event) {
+        if (isConsumerTransaction()) {
+            throw new IllegalStateException("enqueue() is not allowed on the consumer's transaction: it belongs to no relay, "
+                    + "whose table and limits the event would need");
+        }
         Event.checkText(event);
         try {
             return Native.txEnqueue(handle(), event.bizNo(), event.eventType(), event.payloadUnsafe(), event.topic(), event.tag(),
@@ -111,6 +152,7 @@ public final class OutboxTransaction implements AutoCloseable {
 
     /** Commits, then wakes the relay. The transaction is finished afterwards, whatever the outcome. */
     public void commit() {
+        refuseIfLent("commit()");
         long h = state.handle.getAndSet(0);
         if (h == 0) {
             throw new IllegalStateException("the transaction is finished (committed, rolled back or closed)");
@@ -125,6 +167,7 @@ public final class OutboxTransaction implements AutoCloseable {
 
     /** Rolls back; a no-op once the transaction is finished. */
     public void rollback() {
+        refuseIfLent("rollback()");
         cleanable.clean();
     }
 
@@ -136,6 +179,7 @@ public final class OutboxTransaction implements AutoCloseable {
     /** Rolls back unless committed. Idempotent. */
     @Override
     public void close() {
+        refuseIfLent("close()");
         cleanable.clean();
     }
 
