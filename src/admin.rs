@@ -45,7 +45,7 @@ impl TimeBound {
         }
     }
 
-    fn sql(&self, params: &mut Vec<Value>) -> String {
+    pub(crate) fn sql(&self, params: &mut Vec<Value>) -> String {
         match self {
             TimeBound::Ago(d) => format!("NOW(3) - INTERVAL {} MICROSECOND", d.as_micros()),
             TimeBound::At(t) => {
@@ -83,6 +83,10 @@ pub struct DeadLetterFilter {
     pub since: Option<TimeBound>,
     /// Dead-lettered before this.
     pub until: Option<TimeBound>,
+    /// Rows of this topic (the row's own `topic` column).
+    pub topic: Option<String>,
+    /// Rows whose `last_error` holds this text.
+    pub error_contains: Option<String>,
 }
 
 impl DeadLetterFilter {
@@ -107,6 +111,14 @@ impl DeadLetterFilter {
         if let Some(u) = &self.until {
             let e = u.sql(params);
             let _ = write!(w, " AND update_time < {e}");
+        }
+        if let Some(t) = &self.topic {
+            w.push_str(" AND topic = ?");
+            params.push(Value::from(t.as_str()));
+        }
+        if let Some(e) = &self.error_contains {
+            w.push_str(" AND INSTR(last_error, ?) > 0");
+            params.push(Value::from(e.as_str()));
         }
         w
     }
@@ -401,6 +413,76 @@ pub(crate) fn audit<Q: Queryable>(
 
 /// Longest detail `outbox_audit.detail` holds (`VARCHAR(1024)`).
 const MAX_DETAIL_CHARS: usize = 1024;
+
+/// How many dead letters match a filter, as [`count_dead_letters`] counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadLetterCount {
+    pub matched: u64,
+    /// Only the latest `examine` dead letters were looked at (there are more): `matched` is a
+    /// lower bound.
+    pub partial: bool,
+}
+
+/// How many dead letters match `filter`, cheaply on a large table: the FAIL rows come from
+/// `idx_status_next_retry` alone; with no other condition they are counted from the index (up
+/// to 100 000: beyond, `partial`); with one, only the latest `examine` of them (or the selected
+/// ids) are looked up and tested, and `partial` says when there were more.
+pub fn count_dead_letters(
+    pool: &Pool,
+    table: &str,
+    filter: &DeadLetterFilter,
+    examine: u64,
+) -> Result<DeadLetterCount> {
+    const INDEX_ONLY_BOUND: u64 = 100_000;
+    let t = checked(table)?;
+    let mut c = pool.get_conn()?;
+    let only_status = DeadLetterFilter {
+        ids: filter.ids.clone(),
+        ..DeadLetterFilter::default()
+    };
+    if *filter == only_status && filter.ids.is_empty() {
+        let n: Option<u64> = c.query_first(format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX (idx_status_next_retry) WHERE status = 'FAIL' \
+             LIMIT {}) x",
+            INDEX_ONLY_BOUND + 1
+        ))?;
+        let n = n.unwrap_or(0);
+        return Ok(DeadLetterCount {
+            matched: n.min(INDEX_ONLY_BOUND),
+            partial: n > INDEX_ONLY_BOUND,
+        });
+    }
+    let (window, partial): (Vec<u64>, bool) = if filter.ids.is_empty() {
+        let w: Vec<u64> = c.query(format!(
+            "SELECT id FROM {t} FORCE INDEX (idx_status_next_retry) WHERE status = 'FAIL' \
+             ORDER BY next_retry_time DESC, id DESC LIMIT {}",
+            examine + 1
+        ))?;
+        let partial = w.len() as u64 > examine;
+        (w.into_iter().take(examine as usize).collect(), partial)
+    } else {
+        (filter.ids.clone(), false)
+    };
+    if window.is_empty() {
+        return Ok(DeadLetterCount {
+            matched: 0,
+            partial: false,
+        });
+    }
+    let mut params = Vec::new();
+    let w = filter.where_sql(&mut params);
+    let n: Option<u64> = c.exec_first(
+        format!(
+            "SELECT COUNT(*) FROM {t} WHERE id IN ({}) AND {w}",
+            id_list(window.iter().copied())
+        ),
+        params,
+    )?;
+    Ok(DeadLetterCount {
+        matched: n.unwrap_or(0),
+        partial,
+    })
+}
 
 /// Replays or discards every dead letter matching `filter`, `opts.batch` rows per transaction
 /// (only rows still FAIL change), rate-limited; each row changed gets an `outbox_audit` entry

@@ -53,6 +53,16 @@ impl LatencyStats {
         self.buckets[bucket.min(BUCKETS - 1)].fetch_add(1, Relaxed);
     }
 
+    /// The histogram: per power-of-two bucket, its upper bound in ms and its count (the last
+    /// bucket counts everything longer).
+    pub fn buckets(&self) -> Vec<(u64, u64)> {
+        self.buckets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (1u64 << i, b.load(Relaxed)))
+            .collect()
+    }
+
     pub fn snapshot(&self) -> LatencySnapshot {
         let count = self.count.load(Relaxed);
         if count == 0 {

@@ -13,6 +13,8 @@
 pub mod admin;
 mod breaker;
 pub mod config;
+#[cfg(feature = "console")]
+pub mod console;
 pub mod consumer;
 pub mod control;
 pub mod db;

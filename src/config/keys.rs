@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::consumer::RETENTION_TOO_SHORT;
 use super::parse::{
-    boolean, choice, fraction, int, millis, namesrv, optional, printable, redact_url, table_name, topic,
+    boolean, choice, fraction, int, millis, namesrv, optional, printable, redact_url, table_name, token, topic,
 };
 use super::typed::*;
 use super::{StartFrom, MAX_BATCH_MAX, MIN_INBOX_RETENTION};
@@ -86,10 +86,21 @@ keys! {
     "inbox.dead_letter.table" => "consumer: the consumer's dead-letter table (letters, digits, underscore)",
     "inbox.retention.ms" => "consumer: marks older than this are deleted (0 keeps them; at least 1 h: the broker redelivers for hours)",
     "inbox.retention.interval.ms" => "consumer: delay between retention rounds over the marks",
+    "console.enabled" => "outboxd only: serve the operator console (docs/console.md)",
+    "console.listen" => "outboxd only: host:port of the console (loopback by default: put a TLS proxy in front to reach it from elsewhere)",
+    "console.admin.token" => "console: the token that lets an operator act (replay, discard, pause), at least 16 characters (never logged; empty: the console only reads)",
+    "console.read.token" => "console: the token that lets an operator read, at least 16 characters (never logged)",
+    "console.read.open" => "console: read without any token (only on a network you trust); actions still need the admin token",
+    "console.consumer.db.url" => "console: the database of the consumers' inbox and dead-letter tables (empty: db.url)",
 }
 
 /// Keys whose values are secrets: shown as `***` by [`Config::get_redacted`].
-pub const SECRET_KEYS: &[&str] = &["rocketmq.access.key", "rocketmq.secret.key"];
+pub const SECRET_KEYS: &[&str] = &[
+    "rocketmq.access.key",
+    "rocketmq.secret.key",
+    "console.admin.token",
+    "console.read.token",
+];
 
 impl Config {
     /// Sets one key from its string form; the error names the key and the value.
@@ -255,6 +266,24 @@ impl Config {
                 self.consumer.retention = (!keep.is_zero()).then_some(keep);
             }
             "inbox.retention.interval.ms" => self.consumer.retention_interval = millis(key, v, 1, 86_400_000)?,
+            "console.enabled" => self.console.enabled = boolean(key, v)?,
+            "console.listen" => {
+                v.parse::<std::net::SocketAddr>()
+                    .map_err(|_| ConfigError::invalid(key, v, "expected host:port, e.g. 127.0.0.1:9470"))?;
+                self.console.listen = v.to_string();
+            }
+            "console.admin.token" => self.console.admin_token = token(key, value)?,
+            "console.read.token" => self.console.read_token = token(key, value)?,
+            "console.read.open" => self.console.read_open = boolean(key, v)?,
+            "console.consumer.db.url" => {
+                self.console.consumer_db_url = if v.is_empty() {
+                    None
+                } else {
+                    mysql::Opts::from_url(v)
+                        .map_err(|e| ConfigError::invalid(key, redact_url(v), crate::error::describe_url_error(&e)))?;
+                    Some(v.to_string())
+                }
+            }
             "metrics.listen" => {
                 self.metrics_listen = if v.is_empty() {
                     None
@@ -368,6 +397,12 @@ impl Config {
             "inbox.dead_letter.table" => self.consumer.dead_letter_table.clone(),
             "inbox.retention.ms" => self.consumer.retention.map(|d| d.as_millis()).unwrap_or(0).to_string(),
             "inbox.retention.interval.ms" => ms(&self.consumer.retention_interval),
+            "console.enabled" => self.console.enabled.to_string(),
+            "console.listen" => self.console.listen.clone(),
+            "console.admin.token" => self.console.admin_token.clone().unwrap_or_default(),
+            "console.read.token" => self.console.read_token.clone().unwrap_or_default(),
+            "console.read.open" => self.console.read_open.to_string(),
+            "console.consumer.db.url" => self.console.consumer_db_url.clone().unwrap_or_default(),
             _ => return None,
         })
     }
@@ -377,7 +412,7 @@ impl Config {
         let v = self.get(key)?;
         Some(if SECRET_KEYS.contains(&key) && !v.is_empty() {
             "***".into()
-        } else if key == "db.url" {
+        } else if key == "db.url" || key == "console.consumer.db.url" {
             redact_url(&v)
         } else {
             v

@@ -3,11 +3,13 @@
 //! shared by the C ABI, JNI and the daemon, with their meanings (`keys.rs`); the parsers of their
 //! values (`parse.rs`).
 
+mod console;
 mod consumer;
 mod keys;
 mod parse;
 mod typed;
 
+pub use console::{ConsoleConfig, DEFAULT_CONSOLE_LISTEN, MIN_TOKEN_CHARS};
 pub use consumer::{
     ConsumerConfig, StartFrom, DEFAULT_BATCH_MAX, DEFAULT_DEAD_LETTER_TABLE, DEFAULT_INBOX_RETENTION,
     DEFAULT_INBOX_TABLE, MAX_BATCH_MAX, MIN_INBOX_RETENTION,

@@ -218,6 +218,8 @@ pub struct Config {
     /// The consumer runtime's settings (`consumer.*`, `inbox.*`), for the hosts that start a
     /// consumer from this configuration (the C ABI, Java, Go); the group is given at its start.
     pub consumer: super::ConsumerConfig,
+    /// The operator console (`console.*`), served by `outboxd`.
+    pub console: super::ConsoleConfig,
 }
 
 impl Default for Config {
@@ -273,6 +275,7 @@ impl Default for Config {
             log_level: None,
             db_pool_wait: Some(Duration::from_secs(30)),
             consumer: super::ConsumerConfig::default(),
+            console: super::ConsoleConfig::default(),
         }
     }
 }
@@ -407,6 +410,26 @@ impl Config {
                     self.backoff.max.as_millis(),
                     self.backoff.base.as_millis()
                 ),
+            });
+        }
+        let c = &self.console;
+        if c.enabled && c.admin_token.is_none() && c.read_token.is_none() && !c.read_open {
+            out.push(ConfigError::Inconsistent {
+                keys: vec![
+                    "console.enabled".into(),
+                    "console.admin.token".into(),
+                    "console.read.token".into(),
+                    "console.read.open".into(),
+                ],
+                reason: "the console is on but nobody could use it: set console.admin.token (to act), \
+                         console.read.token (to read), or console.read.open = true (read without a token)"
+                    .into(),
+            });
+        }
+        if c.admin_token.is_some() && c.admin_token == c.read_token {
+            out.push(ConfigError::Inconsistent {
+                keys: vec!["console.admin.token".into(), "console.read.token".into()],
+                reason: "the read token must differ from the admin token (a reader could act)".into(),
             });
         }
         if self.rocketmq.access_key.is_some() != self.rocketmq.secret_key.is_some() {

@@ -13,6 +13,7 @@ use mysql::prelude::Queryable;
 use mysql::TxOpts;
 
 use crate::support::{wait_until, Recorder, TestDb};
+use outbox::config::SECRET_KEYS;
 use outbox::{Config, ConfigError, Error, NewEvent, Relay, KEYS};
 
 /// Invalid values for every configuration key. A key added to `outbox::KEYS` without an entry
@@ -118,6 +119,12 @@ const BAD_VALUES: &[(&str, &[&str])] = &[
     ("consumer.replay.interval.ms", &["0", "3600001", "2s"]),
     ("consumer.inbox", &["", "maybe", "2"]),
     ("consumer.start.from", &["", "middle", "FIRST", "latest"]),
+    ("console.enabled", &["", "maybe", "2"]),
+    ("console.listen", &["", "9470", "localhost", "127.0.0.1:http", "127.0.0.1:70000"]),
+    ("console.admin.token", &["short", "has a space in it, long enough", "tab\there-and-long-enough"]),
+    ("console.read.token", &["0123456789abcde", "ünïcödé-is-not-allowed-here"]),
+    ("console.read.open", &["", "yes please", "-1"]),
+    ("console.consumer.db.url", &["not a url", "postgres://db/x", "mysql://root@db:port/x"]),
     ("consumer.pull.batch", &["0", "1025", "x"]),
     ("inbox.table", &["", "inbox; DROP TABLE x", "1inbox", "in box"]),
     ("inbox.dead_letter.table", &["", "dl`x", "schema.dl"]),
@@ -168,14 +175,22 @@ fn every_key_with_an_invalid_value_is_an_error_naming_the_key_and_the_value() {
             match &e {
                 ConfigError::InvalidValue { key, value, reason } => {
                     assert_eq!(key, k.key);
-                    assert_eq!(value, bad.trim(), "the error carries the value given for {}", k.key);
+                    // A secret is never repeated, not even in the error for a bad one.
+                    let shown = if SECRET_KEYS.contains(&k.key) {
+                        "***"
+                    } else {
+                        bad.trim()
+                    };
+                    assert_eq!(value, shown, "the error carries the value given for {}", k.key);
                     assert!(!reason.is_empty(), "an empty reason for {} = {bad:?}", k.key);
                 }
                 other => panic!("set({}, {bad:?}) gave {other:?}, not InvalidValue", k.key),
             }
             let msg = e.to_string();
             assert!(
-                msg.contains(k.key) && msg.contains(&format!("{:?}", bad.trim())),
+                msg.contains(k.key)
+                    && (msg.contains(&format!("{:?}", bad.trim()))
+                        || SECRET_KEYS.contains(&k.key) && !msg.contains(bad)),
                 "the message names the key and the value: {msg}"
             );
             // The library error wraps it without losing either.
@@ -284,7 +299,14 @@ fn outboxd_reports_every_bad_key_at_once_and_exits_2() {
             .lines()
             .find(|l| l.contains(&format!(" for {key}:")) || l.contains(&format!(" for {key} ")))
             .unwrap_or_else(|| panic!("no error line for {key}:\n{err}"));
-        assert!(line.contains(&format!("{:?}", bad.trim())), "{line}");
+        if SECRET_KEYS.contains(&key) {
+            assert!(
+                line.contains("\"***\"") && !line.contains(bad),
+                "a secret is never repeated: {line}"
+            );
+        } else {
+            assert!(line.contains(&format!("{:?}", bad.trim())), "{line}");
+        }
         assert!(line.contains("--set"), "the source is named: {line}");
     }
 }

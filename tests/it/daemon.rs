@@ -999,3 +999,73 @@ fn the_help_of_replay_and_discard_says_what_each_does_to_a_consumer_group() {
         "{discard}"
     );
 }
+
+/// The alerts and the dashboard in `deploy/` name only metrics that exist: `deploy/check.sh`
+/// (promtool's rule checks and tests, then every metric name of the rules and the dashboard)
+/// against a live scrape of `outboxd` relaying and of a consumer crediting what it relayed.
+#[cfg(feature = "rocketmq")]
+#[test]
+fn the_shipped_alerts_and_dashboard_name_only_metrics_of_a_live_scrape() {
+    use outbox::consumer::{Consumer, ConsumerConfig, HandlerError, Message};
+    use outbox::rocketmq::{RocketMqSource, SourceConfig};
+    use std::sync::Arc;
+
+    let _shared = crate::rocketmq_e2e::BROKER_LOCK.read();
+    crate::rocketmq_e2e::ensure_broker();
+    let db = TestDb::new("d_deploy");
+    let (port, topic) = (free_port(), format!("T_{}", db.name));
+    let group = format!("points_{}", db.name);
+    let mut c = outboxd(&db);
+    c.env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{port}"))
+        .env("OUTBOX_SCAN_INTERVAL_MS", "100")
+        .env("OUTBOX_TOPIC", &topic)
+        .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876")
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let src = RocketMqSource::start(&SourceConfig::new("127.0.0.1:9876", &topic, &group)).unwrap();
+    let handler = |_: &mut mysql::Transaction<'_>, _: &Message| -> Result<(), HandlerError> { Ok(()) };
+    let consumer = Consumer::start(
+        ConsumerConfig::new(&group),
+        db.pool.clone(),
+        Arc::new(src),
+        Arc::new(handler),
+    )
+    .unwrap();
+    let ids = db.seed(20);
+    assert!(
+        wait_until(Duration::from_secs(120), || consumer.stats().processed
+            >= ids.len() as u64),
+        "the consumer credited {} of {}",
+        consumer.stats().processed,
+        ids.len()
+    );
+    // The lag is read every few seconds: the scrape is taken once it is known.
+    assert!(
+        wait_until(Duration::from_secs(60), || consumer.stats().lag.is_some()),
+        "the consumer never knew its lag"
+    );
+    let (code, relay_scrape) = http_get(port, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    let dir = std::env::temp_dir().join(format!("outbox-deploy-{}", db.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (relay_file, consumer_file) = (dir.join("outboxd.txt"), dir.join("consumer.txt"));
+    std::fs::write(&relay_file, relay_scrape).unwrap();
+    std::fs::write(&consumer_file, consumer.stats().prometheus(&group)).unwrap();
+    consumer.stop();
+    signal(&child, "TERM");
+    assert_eq!(exit_code(&mut child, Duration::from_secs(30)), Some(0));
+
+    let (code, out, err) = out({
+        let mut c = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/check.sh"));
+        c.arg(&relay_file).arg(&consumer_file);
+        c
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 0, "deploy/check.sh failed:\n{out}\n{err}");
+    assert!(
+        out.contains("metric names against"),
+        "the names were not checked:\n{out}"
+    );
+}

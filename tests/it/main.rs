@@ -2,6 +2,8 @@
 
 mod admin;
 mod bad_input;
+#[cfg(feature = "console")]
+mod console;
 mod consumer;
 #[cfg(feature = "rocketmq")]
 mod consumer_e2e;

@@ -1,5 +1,6 @@
 //! `outboxd`: the standalone relay daemon and its admin commands, on the `outbox` core.
 
+mod console;
 mod metrics;
 mod settings;
 mod startup;
@@ -151,6 +152,8 @@ impl Filter {
             biz_no: self.biz_no.clone(),
             since: self.since.clone(),
             until: self.until.clone(),
+            topic: None,
+            error_contains: None,
         }
     }
 }
@@ -436,6 +439,8 @@ fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
     if let Some(addr) = &config.metrics_listen {
         metrics::serve(addr, target.clone(), latency.clone()).map_err(|e| outbox::Error::Publisher(e.to_string()))?;
     }
+    // The operator console, once the relay runs (it shows the relay's rates and latency).
+    let console: Arc<std::sync::OnceLock<Arc<outbox::console::Console>>> = Arc::default();
     let start = || {
         let mut builder = Relay::builder(config.clone()).dead_letter_hook(|d| {
             log::error!(
@@ -449,8 +454,15 @@ fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
         if let Some(p) = &publisher {
             builder = builder.publisher(p.clone());
         }
-        let l2 = latency.clone();
-        builder.latency_hook(move |d| l2.observe(d.to_success, d.held)).start()
+        let (l2, c2) = (latency.clone(), console.clone());
+        builder
+            .latency_hook(move |d| {
+                l2.observe(d.to_success, d.held);
+                if let Some(c) = c2.get() {
+                    c.record(d);
+                }
+            })
+            .start()
     };
     // A database that cannot be reached yet (restarting, failing over, the network not up) is
     // waited for, with backoff, up to startup.db.wait.ms; /healthz says why meanwhile. What
@@ -494,6 +506,12 @@ fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
         delay = (delay * 2).min(START_RETRY_MAX);
     };
     target.set_relay(relay.clone());
+    if config.console.enabled {
+        let c = Arc::new(outbox::console::Console::new(&config)?);
+        c.attach(relay.clone());
+        console::serve(&config.console.listen, c.clone()).map_err(|e| outbox::Error::Publisher(e.to_string()))?;
+        let _ = console.set(c);
+    }
     let _ = rx.recv();
     let report = relay.stop(drain);
     let s = relay.counters();
