@@ -74,7 +74,8 @@ typedef enum outbox_result {
    */
   OUTBOX_ERR_MIGRATION = 10,
   /**
-   * The relay has been stopped (`outbox_stop`); the call is not allowed any more.
+   * The relay or the consumer has been stopped (`outbox_stop`, `outbox_consumer_stop`); the call
+   * is not allowed any more.
    */
   OUTBOX_ERR_STOPPED = 11,
   /**

@@ -30,7 +30,8 @@ pub enum outbox_result {
     OUTBOX_ERR_STATEMENT = 9,
     /// A schema migration could not be applied.
     OUTBOX_ERR_MIGRATION = 10,
-    /// The relay has been stopped (`outbox_stop`); the call is not allowed any more.
+    /// The relay or the consumer has been stopped (`outbox_stop`, `outbox_consumer_stop`); the call
+    /// is not allowed any more.
     OUTBOX_ERR_STOPPED = 11,
     /// The broker client could not be created or started.
     OUTBOX_ERR_PUBLISHER = 12,
@@ -92,7 +93,7 @@ impl outbox_result {
             OUTBOX_ERR_DATABASE => c"database unavailable or failed (retriable)",
             OUTBOX_ERR_STATEMENT => c"the database refused the statement",
             OUTBOX_ERR_MIGRATION => c"schema migration failed",
-            OUTBOX_ERR_STOPPED => c"the relay is stopped",
+            OUTBOX_ERR_STOPPED => c"stopped: the relay or consumer was stopped or closed",
             OUTBOX_ERR_PUBLISHER => c"publisher (broker client) error",
             OUTBOX_ERR_TIMED_OUT => c"timed out",
             OUTBOX_ERR_BUFFER_TOO_SMALL => c"output buffer too small",

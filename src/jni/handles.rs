@@ -13,6 +13,7 @@ use std::sync::{Arc, LazyLock};
 use mysql::Transaction;
 
 use crate::host::owned_tx::OwnedTx;
+use crate::host::statement::ends_transaction;
 use parking_lot::Mutex;
 
 use super::boundary::{Failure, JResult};
@@ -136,7 +137,7 @@ pub(crate) fn with_statement_tx<T>(
     let Some(entry) = lent else {
         return with_tx(handle, "a statement", |_, t| f(t));
     };
-    if let Some(what) = sql.and_then(ends_transaction) {
+    if let Some(what) = sql.and_then(|s| ends_transaction(s, true)) {
         return Err(Failure::IllegalArgument(format!(
             "{what} is not allowed on the consumer's transaction: it would end the transaction behind \
              the consumer (return from the handler to commit, throw to roll back)"
@@ -209,79 +210,7 @@ pub(crate) fn lend_tx<R>(tx: &mut Transaction<'_>, f: impl FnOnce(i64) -> R) -> 
     (value, transient)
 }
 
-/// The statement `sql` starts with, in upper case, when it would end a transaction: explicitly
-/// (COMMIT, ROLLBACK but not ROLLBACK TO a savepoint, BEGIN, START TRANSACTION, SET autocommit,
-/// XA, LOCK/UNLOCK TABLES) or by committing implicitly (CREATE, ALTER, DROP, RENAME, TRUNCATE,
-/// except of temporary tables). The same rule as the C ABI's consumer transaction.
-fn ends_transaction(sql: &str) -> Option<String> {
-    let words: Vec<String> = sql
-        .split(|c: char| c.is_whitespace() || c == ';' || c == '(')
-        .filter(|w| !w.is_empty())
-        .take(3)
-        .map(str::to_ascii_uppercase)
-        .collect();
-    let w = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
-    let explicit = match w(0) {
-        "COMMIT" | "BEGIN" | "XA" | "UNLOCK" => true,
-        "ROLLBACK" => w(1) != "TO",
-        "START" => w(1) == "TRANSACTION",
-        "LOCK" => w(1) == "TABLES" || w(1) == "TABLE",
-        "SET" => {
-            w(1).trim_start_matches("@@")
-                .trim_start_matches("SESSION.")
-                .starts_with("AUTOCOMMIT")
-                || (w(1) == "SESSION" && w(2).starts_with("AUTOCOMMIT"))
-        }
-        _ => false,
-    };
-    let ddl = matches!(w(0), "CREATE" | "ALTER" | "DROP" | "RENAME" | "TRUNCATE") && w(1) != "TEMPORARY";
-    (explicit || ddl).then(|| words.iter().take(2).cloned().collect::<Vec<_>>().join(" "))
-}
-
 /// `(relays, transactions)` open now (library-owned, and consumers' lent to a handler now).
 pub(crate) fn live() -> (usize, usize) {
     (RELAYS.lock().len(), TXS.lock().len() + LENT.lock().len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ends_transaction;
-
-    #[test]
-    fn statements_that_would_end_a_consumer_s_transaction_are_recognised() {
-        for sql in [
-            "COMMIT",
-            " commit work",
-            "ROLLBACK;",
-            "begin",
-            "START TRANSACTION READ ONLY",
-            "SET autocommit = 1",
-            "SET @@autocommit=0",
-            "set session autocommit = 1",
-            "XA START 'x'",
-            "LOCK TABLES t WRITE",
-            "UNLOCK TABLES",
-            "create table t (x int)",
-            "TRUNCATE credits",
-            "DROP TABLE t",
-        ] {
-            assert!(ends_transaction(sql).is_some(), "{sql}");
-        }
-        for sql in [
-            "ROLLBACK TO SAVEPOINT a",
-            "SAVEPOINT a",
-            "INSERT INTO commits VALUES (1)",
-            "SELECT 'COMMIT'",
-            "SET @x = 1",
-            "SET SESSION innodb_lock_wait_timeout = 1",
-            "CREATE TEMPORARY TABLE t (x INT)",
-            "UPDATE t SET begin = 1",
-        ] {
-            assert!(ends_transaction(sql).is_none(), "{sql}");
-        }
-        assert_eq!(
-            ends_transaction("truncate credits").as_deref(),
-            Some("TRUNCATE CREDITS")
-        );
-    }
 }
