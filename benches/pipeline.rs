@@ -15,7 +15,7 @@
 //! - **latency**: writers commit 1 000 orders/s for S seconds while the relay and the consumer
 //!   run; commit → credited per order is the credit's time minus the order's (both the database
 //!   clock), p50 and p99, unordered and with `ordering = per-biz-no`.
-//! - **sustained**: writers at rising offered rates (and flat out) for S seconds each; the
+//! - **sustained**: 16 writers at rising offered rates (and flat out) for S seconds each; the
 //!   highest rate at which the consumer's lag (orders committed and not yet credited) stays
 //!   bounded: no growth over the second half of the run and caught up within 5 s of the last
 //!   commit.
@@ -346,9 +346,11 @@ fn rates(n: u64) {
 }
 
 /// Writers committing orders (an order row and its event in one transaction) at `rate` per
-/// second in all (0: flat out) until `stop`; returns the commits made.
+/// second in all (0: flat out) until `stop`, each on a connection of the order service's pool
+/// `service`; returns the commits made.
 fn start_writers(
     relay: Arc<Relay>,
+    service: Pool,
     writers: usize,
     rate: u64,
     ordered_keys: Option<u64>,
@@ -357,9 +359,11 @@ fn start_writers(
 ) -> Vec<std::thread::JoinHandle<()>> {
     (0..writers)
         .map(|w| {
-            let (relay, stop, committed) = (relay.clone(), stop.clone(), committed.clone());
+            let (relay, service, stop, committed) = (relay.clone(), service.clone(), stop.clone(), committed.clone());
             std::thread::spawn(move || {
-                let mut conn = relay.pool().get_conn().unwrap();
+                // The order service's own connection (not the relay's pool, which its scanner and
+                // workers need).
+                let mut conn = service.get_conn().unwrap();
                 let every = (rate > 0).then(|| Duration::from_secs_f64(writers as f64 / rate as f64));
                 let mut next = Instant::now();
                 let mut i = 0u64;
@@ -441,6 +445,11 @@ impl Pipeline {
         self.dbs.credited(&self.group).0.saturating_sub(1)
     }
 
+    /// A pool of the order service's own (the mysql crate's default: up to 100 connections).
+    fn service_pool(&self) -> Pool {
+        Pool::new(Opts::from_url(&self.dbs.orders_url).unwrap()).unwrap()
+    }
+
     fn stop(self) {
         self.consumer.stop();
         self.relay.stop(Duration::from_secs(10));
@@ -454,6 +463,7 @@ fn latency(secs: u64) {
         let (stop, committed) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         let writers = start_writers(
             p.relay.clone(),
+            p.service_pool(),
             4,
             1000,
             ordered.then_some(400),
@@ -496,14 +506,27 @@ fn latency(secs: u64) {
     }
 }
 
+/// Writers of the sustained part: an order service's request threads, each committing one order
+/// with its event per transaction (the database's group commit is what lets many of them
+/// commit more per second than a few).
+const SUSTAINED_WRITERS: usize = 16;
+
 fn sustained(secs: u64) {
-    println!("== sustained: offered rate for {secs} s each, 4 writers; lag = committed - credited");
+    println!("== sustained: offered rate for {secs} s each, {SUSTAINED_WRITERS} writers; lag = committed - credited");
     let mut best = 0.0f64;
     for rate in [2000u64, 4000, 6000, 8000, 0] {
         let p = Pipeline::start(&format!("sus{rate}"), false);
         let (stop, committed) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         let started = Instant::now();
-        let writers = start_writers(p.relay.clone(), 4, rate, None, stop.clone(), committed.clone());
+        let writers = start_writers(
+            p.relay.clone(),
+            p.service_pool(),
+            SUSTAINED_WRITERS,
+            rate,
+            None,
+            stop.clone(),
+            committed.clone(),
+        );
         let mut samples: Vec<(f64, u64)> = Vec::new();
         while started.elapsed() < Duration::from_secs(secs) {
             std::thread::sleep(Duration::from_millis(500));
