@@ -14,5 +14,12 @@ import java.util.List;
  */
 @FunctionalInterface
 public interface BatchConsumerHandler {
+    /**
+     * Handles the batch's new messages in {@code tx}.
+     *
+     * @param tx the consumer's transaction, holding the messages' inbox marks; valid for the call only
+     * @param messages the new messages of the batch, in queue order (at least one)
+     * @throws Exception to roll the batch back and have its messages handled one at a time
+     */
     void handle(OutboxTransaction tx, List<ConsumerMessage> messages) throws Exception;
 }

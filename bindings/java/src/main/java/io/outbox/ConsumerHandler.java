@@ -24,5 +24,13 @@ package io.outbox;
  */
 @FunctionalInterface
 public interface ConsumerHandler {
+    /**
+     * Handles one message in {@code tx}.
+     *
+     * @param tx the consumer's transaction, holding the message's inbox mark; valid for the call only
+     * @param message the message
+     * @throws Exception to roll back and have the message handled again (see above for which
+     *     exceptions use an attempt)
+     */
     void handle(OutboxTransaction tx, ConsumerMessage message) throws Exception;
 }

@@ -17,25 +17,47 @@ public final class DeadLetter {
         this.lastError = lastError;
     }
 
-    /** The row's id. */
+    /**
+     * The row's id.
+     *
+     * @return the row's id
+     */
     public long id() {
         return id;
     }
 
+    /**
+     * The event's business number.
+     *
+     * @return the event's business number
+     */
     public String bizNo() {
         return bizNo;
     }
 
+    /**
+     * The event's type.
+     *
+     * @return the event's type
+     */
     public String eventType() {
         return eventType;
     }
 
-    /** Attempts made, counting the last one. */
+    /**
+     * Attempts made, counting the last one.
+     *
+     * @return attempts made, counting the last one
+     */
     public int retryCount() {
         return retryCount;
     }
 
-    /** Why the last attempt failed. */
+    /**
+     * Why the last attempt failed.
+     *
+     * @return why the last attempt failed
+     */
     public String lastError() {
         return lastError;
     }

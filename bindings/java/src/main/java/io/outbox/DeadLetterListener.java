@@ -8,5 +8,10 @@ package io.outbox;
  */
 @FunctionalInterface
 public interface DeadLetterListener {
+    /**
+     * Called once for each event the relay dead-letters.
+     *
+     * @param letter the event, with its last error
+     */
     void onDeadLetter(DeadLetter letter);
 }

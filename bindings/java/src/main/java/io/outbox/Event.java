@@ -31,12 +31,26 @@ public final class Event {
         this.headers = headers;
     }
 
-    /** An event with a binary payload (copied). */
+    /**
+     * An event with a binary payload (copied).
+     *
+     * @param bizNo the business number (the order number, say): the key of per-key ordering
+     * @param eventType the event's type, the message's tag unless {@link #withTag} sets one
+     * @param payload the message body (copied)
+     * @return the event
+     */
     public static Event of(String bizNo, String eventType, byte[] payload) {
         return new Event(bizNo, eventType, payload == null ? null : payload.clone(), null, null, Collections.emptyMap());
     }
 
-    /** An event whose payload is {@code payload} in UTF-8 (JSON, typically). */
+    /**
+     * An event whose payload is {@code payload} in UTF-8 (JSON, typically).
+     *
+     * @param bizNo the business number (the order number, say): the key of per-key ordering
+     * @param eventType the event's type, the message's tag unless {@link #withTag} sets one
+     * @param payload the message body, as text
+     * @return the event
+     */
     public static Event of(String bizNo, String eventType, String payload) {
         // UTF-8 encoding would turn an unpaired surrogate into '?' silently.
         checkString("payload", payload);
@@ -75,32 +89,62 @@ public final class Event {
         }
     }
 
-    /** This event sent to {@code topic} instead of the configured default topic. */
+    /**
+     * This event sent to {@code topic} instead of the configured default topic.
+     *
+     * @param topic the topic
+     * @return this event sent to {@code topic} instead of the configured default topic
+     */
     public Event withTopic(String topic) {
         return new Event(bizNo, eventType, payload, topic, tag, headers);
     }
 
-    /** This event with message tag {@code tag} (by default the event type). */
+    /**
+     * This event with message tag {@code tag} (by default the event type).
+     *
+     * @param tag the tag
+     * @return this event with message tag {@code tag} (by default the event type)
+     */
     public Event withTag(String tag) {
         return new Event(bizNo, eventType, payload, topic, tag, headers);
     }
 
-    /** This event with one more message property. */
+    /**
+     * This event with one more message property.
+     *
+     * @param key the property's name
+     * @param value its value
+     * @return this event with one more message property
+     */
     public Event withHeader(String key, String value) {
         TreeMap<String, String> h = new TreeMap<>(headers);
         h.put(Objects.requireNonNull(key, "header key"), Objects.requireNonNull(value, "header value"));
         return new Event(bizNo, eventType, payload, topic, tag, Collections.unmodifiableMap(h));
     }
 
+    /**
+     * The business number.
+     *
+     * @return the business number
+     */
     public String bizNo() {
         return bizNo;
     }
 
+    /**
+     * The event's type.
+     *
+     * @return the event's type
+     */
     public String eventType() {
         return eventType;
     }
 
-    /** A copy of the payload ({@code null} if none was given). */
+    /**
+     * A copy of the payload ({@code null} if none was given).
+     *
+     * @return a copy of the payload ({@code null} if none was given)
+     */
     public byte[] payload() {
         return payload == null ? null : payload.clone();
     }
@@ -109,17 +153,29 @@ public final class Event {
         return payload;
     }
 
-    /** The topic, or {@code null} for the configured default. */
+    /**
+     * The topic, or {@code null} for the configured default.
+     *
+     * @return the topic, or {@code null} for the configured default
+     */
     public String topic() {
         return topic;
     }
 
-    /** The tag, or {@code null} for the event type. */
+    /**
+     * The tag, or {@code null} for the event type.
+     *
+     * @return the tag, or {@code null} for the event type
+     */
     public String tag() {
         return tag;
     }
 
-    /** The headers, sorted by key. */
+    /**
+     * The headers, sorted by key.
+     *
+     * @return the headers, sorted by key
+     */
     public Map<String, String> headers() {
         return headers;
     }

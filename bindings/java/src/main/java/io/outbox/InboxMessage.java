@@ -35,44 +35,91 @@ public final class InboxMessage {
         this.msgId = msgId;
     }
 
-    /** A message's trace; any argument may be {@code null}. */
+    /**
+     * A message's trace; any argument may be {@code null}.
+     *
+     * @param topic the topic
+     * @param queueId the queue id
+     * @param queueOffset the offset in the queue
+     * @param msgId the broker's message id
+     * @return the trace
+     */
     public static InboxMessage of(String topic, Integer queueId, Long queueOffset, String msgId) {
         return new InboxMessage(topic, queueId, queueOffset, msgId);
     }
 
-    /** This trace with topic {@code topic}. */
+    /**
+     * This trace with topic {@code topic}.
+     *
+     * @param topic the topic
+     * @return this trace with topic {@code topic}
+     */
     public InboxMessage withTopic(String topic) {
         return new InboxMessage(topic, queueId, queueOffset, msgId);
     }
 
-    /** This trace with queue id {@code queueId}. */
+    /**
+     * This trace with queue id {@code queueId}.
+     *
+     * @param queueId the queue id
+     * @return this trace with queue id {@code queueId}
+     */
     public InboxMessage withQueueId(Integer queueId) {
         return new InboxMessage(topic, queueId, queueOffset, msgId);
     }
 
-    /** This trace with queue offset {@code queueOffset}. */
+    /**
+     * This trace with queue offset {@code queueOffset}.
+     *
+     * @param queueOffset the offset in the queue
+     * @return this trace with queue offset {@code queueOffset}
+     */
     public InboxMessage withQueueOffset(Long queueOffset) {
         return new InboxMessage(topic, queueId, queueOffset, msgId);
     }
 
-    /** This trace with the broker's message id {@code msgId}. */
+    /**
+     * This trace with the broker's message id {@code msgId}.
+     *
+     * @param msgId the broker's message id
+     * @return this trace with the broker's message id {@code msgId}
+     */
     public InboxMessage withMsgId(String msgId) {
         return new InboxMessage(topic, queueId, queueOffset, msgId);
     }
 
+    /**
+     * The topic.
+     *
+     * @return the topic, or {@code null}
+     */
     public String topic() {
         return topic;
     }
 
+    /**
+     * The queue id.
+     *
+     * @return the queue id, or {@code null}
+     */
     public Integer queueId() {
         return queueId;
     }
 
+    /**
+     * The offset in the queue.
+     *
+     * @return the queue offset, or {@code null}
+     */
     public Long queueOffset() {
         return queueOffset;
     }
 
-    /** The broker's message id. */
+    /**
+     * The broker's message id.
+     *
+     * @return the broker's message id, or {@code null}
+     */
     public String msgId() {
         return msgId;
     }

@@ -7,6 +7,8 @@ import java.util.Objects;
  * what it returned), or the consumer group had already processed the key and the handler did not
  * run ({@link #isDuplicate()}). Either way, once the transaction is committed, acknowledge the
  * message to the broker.
+ *
+ * @param <T> what the handler returns
  */
 public final class InboxResult<T> {
     private static final InboxResult<?> DUPLICATE = new InboxResult<>(true, null);
@@ -28,7 +30,11 @@ public final class InboxResult<T> {
         return (InboxResult<T>) DUPLICATE;
     }
 
-    /** Whether the group had already processed the key (a committed mark exists): the handler did not run. */
+    /**
+     * Whether the group had already processed the key (a committed mark exists): the handler did not run.
+     *
+     * @return whether the group had already processed the key (a committed mark exists): the handler did not run
+     */
     public boolean isDuplicate() {
         return duplicate;
     }
@@ -36,6 +42,8 @@ public final class InboxResult<T> {
     /**
      * What the handler returned; {@code null} for a duplicate (use {@link #isDuplicate()} to tell
      * it from a handler that returned {@code null}).
+      *
+     * @return what the handler returned, or {@code null}
      */
     public T value() {
         return value;

@@ -19,12 +19,20 @@ public final class MigrationReport {
         this.applied = Collections.unmodifiableList(a);
     }
 
-    /** Versions applied by this call, in order (empty when the schema was up to date). */
+    /**
+     * Versions applied by this call, in order (empty when the schema was up to date).
+     *
+     * @return versions applied by this call, in order (empty when the schema was up to date)
+     */
     public List<Integer> applied() {
         return applied;
     }
 
-    /** The schema version after the call. */
+    /**
+     * The schema version after the call.
+     *
+     * @return the schema version after the call
+     */
     public int current() {
         return current;
     }

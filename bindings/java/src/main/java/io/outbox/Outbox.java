@@ -73,6 +73,8 @@ public final class Outbox implements AutoCloseable {
      * Starts a relay: validates the configuration, opens the pool, checks that the table exists
      * (run {@link #migrate(OutboxConfig)} first on a new database) and starts the relay threads.
      *
+     * @param config the configuration
+     * @return the running relay; close it when done
      * @throws OutboxConfigException a key or value is wrong, or values do not work together
      * @throws OutboxDatabaseException the database is unreachable or the table is missing
      * @throws OutboxPublisherException the broker client could not start
@@ -84,6 +86,10 @@ public final class Outbox implements AutoCloseable {
     /**
      * Like {@link #start(OutboxConfig)}, telling {@code deadLetters} (if not {@code null}) of every
      * event that ends FAIL.
+     *
+     * @param config the configuration
+     * @param deadLetters told of every dead letter, or {@code null}
+     * @return the running relay; close it when done
      */
     public static Outbox start(OutboxConfig config, DeadLetterListener deadLetters) {
         Native.ensureLoaded();
@@ -96,7 +102,12 @@ public final class Outbox implements AutoCloseable {
         }
     }
 
-    /** Applies the pending schema migrations to the configured table (safe to run from many instances at once). */
+    /**
+     * Applies the pending schema migrations to the configured table (safe to run from many instances at once).
+     *
+     * @param config the configuration ({@code db.url} and {@code table} are used)
+     * @return the versions applied and the schema version after the call
+     */
     public static MigrationReport migrate(OutboxConfig config) {
         Native.ensureLoaded();
         return new MigrationReport(Native.migrateConfig(config.keyArray(), config.valueArray()));
@@ -106,6 +117,7 @@ public final class Outbox implements AutoCloseable {
      * Loads the native library from {@code path} (the file, or a directory holding
      * {@code liboutbox.so}) instead of {@code java.library.path}. Call it before anything else.
      *
+     * @param path the library file, or a directory holding {@code liboutbox.so}
      * @throws OutboxLibraryException nothing loadable there (the message names the path)
      * @throws IllegalStateException the library is already loaded from elsewhere
      */
@@ -113,24 +125,33 @@ public final class Outbox implements AutoCloseable {
         Native.load(path, "Outbox.loadLibrary");
     }
 
-    /** The native library's version. */
+    /**
+     * The native library's version.
+     *
+     * @return the native library's version
+     */
     public static String version() {
         Native.ensureLoaded();
         return Native.version();
     }
 
-    /** Where the library was loaded from ({@code null} before it was). */
+    /**
+     * Where the library was loaded from ({@code null} before it was).
+     *
+     * @return where the library was loaded from ({@code null} before it was)
+     */
     public static String libraryLocation() {
         return Native.loadedFrom();
     }
 
-    /** Cargo features the library was built with: {@code jni}, and {@code rocketmq} when it can publish. */
     /**
      * Sets the native library's log threshold for this process (default {@code INFO}: start,
      * stop and state changes, no line per event). Records at or above it go to
      * {@code System.Logger} under {@code outbox.*} names ({@code outbox.relay}, ...), where the
      * usual backend configuration applies too. The key {@code log.level} does the same at
      * {@link #start}. {@code OFF} silences the library; {@code ALL} is {@code TRACE}.
+     *
+     * @param level the threshold
      */
     public static void setLogLevel(System.Logger.Level level) {
         java.util.Objects.requireNonNull(level, "level");
@@ -159,6 +180,11 @@ public final class Outbox implements AutoCloseable {
         Native.setLogLevel(code);
     }
 
+    /**
+     * Cargo features the library was built with: {@code jni}, and {@code rocketmq} when it can publish.
+     *
+     * @return the features, unmodifiable
+     */
     public static Set<String> features() {
         Native.ensureLoaded();
         return Collections.unmodifiableSet(new LinkedHashSet<>(Arrays.asList(Native.features())));
@@ -196,7 +222,11 @@ public final class Outbox implements AutoCloseable {
         }
     }
 
-    /** Counters and database gauges (one small query). */
+    /**
+     * Counters and database gauges (one small query).
+     *
+     * @return the snapshot, with the gauges
+     */
     public OutboxStats stats() {
         try {
             return new OutboxStats(Native.stats(handle(), true));
@@ -205,7 +235,11 @@ public final class Outbox implements AutoCloseable {
         }
     }
 
-    /** Counters only, without touching the database. */
+    /**
+     * Counters only, without touching the database.
+     *
+     * @return the snapshot, without the gauges
+     */
     public OutboxStats counters() {
         try {
             return new OutboxStats(Native.stats(handle(), false));
@@ -214,7 +248,11 @@ public final class Outbox implements AutoCloseable {
         }
     }
 
-    /** This instance's id, as written to {@code claim_owner}. */
+    /**
+     * This instance's id, as written to {@code claim_owner}.
+     *
+     * @return this instance's id, as written to {@code claim_owner}
+     */
     public String instanceId() {
         try {
             return Native.instanceId(handle());
@@ -223,7 +261,11 @@ public final class Outbox implements AutoCloseable {
         }
     }
 
-    /** Whether this relay publishes (false with {@code publisher=none}, and after {@link #stop}). */
+    /**
+     * Whether this relay publishes (false with {@code publisher=none}, and after {@link #stop}).
+     *
+     * @return whether this relay publishes (false with {@code publisher=none}, and after {@link #stop})
+     */
     public boolean isRelaying() {
         try {
             return Native.isRelaying(handle());
@@ -232,12 +274,20 @@ public final class Outbox implements AutoCloseable {
         }
     }
 
-    /** The outbox table this relay works on. */
+    /**
+     * The outbox table this relay works on.
+     *
+     * @return the outbox table this relay works on
+     */
     public String table() {
         return table;
     }
 
-    /** Applies the pending migrations to this relay's table. */
+    /**
+     * Applies the pending migrations to this relay's table.
+     *
+     * @return the versions applied and the schema version after the call
+     */
     public MigrationReport migrate() {
         try {
             return new MigrationReport(Native.migrate(handle()));
@@ -252,6 +302,9 @@ public final class Outbox implements AutoCloseable {
      * deadline ({@code timedOut}), a later call waits for them again up to its own deadline.
      * Later calls report {@code alreadyStopped}. Enqueueing and {@link #stats()} still work until
      * {@link #close()}.
+     *
+     * @param timeout how long to let sends in flight finish
+     * @return what the stop did
      */
     public StopReport stop(Duration timeout) {
         try {
@@ -266,6 +319,8 @@ public final class Outbox implements AutoCloseable {
      * this relay's table, validated against this relay's {@code payload.max.bytes}. After the
      * host commits, call {@link #notifyCommitted()}.
      *
+     * @param conn the host's JDBC connection, in its transaction
+     * @param event the event
      * @return the new row's id
      */
     public long enqueue(Connection conn, Event event) {
@@ -273,7 +328,11 @@ public final class Outbox implements AutoCloseable {
         return OutboxEvents.enqueue(conn, table, payloadMaxBytes, event);
     }
 
-    /** Opens a transaction on the library's own pool (the library-owned path). Close it to roll back. */
+    /**
+     * Opens a transaction on the library's own pool (the library-owned path). Close it to roll back.
+     *
+     * @return the transaction
+     */
     public OutboxTransaction begin() {
         try {
             long h = handle();
@@ -288,7 +347,11 @@ public final class Outbox implements AutoCloseable {
         return state.handle.get();
     }
 
-    /** Whether {@link #close()} has been called. */
+    /**
+     * Whether {@link #close()} has been called.
+     *
+     * @return whether {@link #close()} has been called
+     */
     public boolean isClosed() {
         return state.handle.get() == 0;
     }
@@ -308,7 +371,11 @@ public final class Outbox implements AutoCloseable {
         return h == 0 ? "Outbox{closed}" : "Outbox{table=" + table + "}";
     }
 
-    /** {@code java -jar outbox.jar}: prints the library's version, features and location. */
+    /**
+     * {@code java -jar outbox.jar}: prints the library's version, features and location.
+     *
+     * @param args ignored
+     */
     public static void main(String[] args) {
         try {
             System.out.println("outbox " + version() + " " + features() + " loaded from " + libraryLocation());

@@ -32,9 +32,14 @@ public final class OutboxConfig {
 
     private final LinkedHashMap<String, String> values = new LinkedHashMap<>();
 
+    /** An empty configuration: every key at its default ({@code db.url} is required). */
     public OutboxConfig() {}
 
-    /** A copy of {@code other}. */
+    /**
+     * A copy of {@code other}.
+     *
+     * @param other the configuration to copy
+     */
     public OutboxConfig(OutboxConfig other) {
         values.putAll(other.values);
     }
@@ -42,6 +47,10 @@ public final class OutboxConfig {
     /**
      * The keys whose names start with {@code prefix} (which is removed), e.g. {@code outbox.} in a
      * Spring {@code application.properties}: {@code outbox.db.url=...}. Each is checked like {@link #set}.
+     *
+     * @param properties the properties
+     * @param prefix the prefix of the keys to take, or {@code null} for every property
+     * @return the configuration
      */
     public static OutboxConfig fromProperties(Properties properties, String prefix) {
         OutboxConfig c = new OutboxConfig();
@@ -54,7 +63,13 @@ public final class OutboxConfig {
         return c;
     }
 
-    /** Sets {@code key} to {@code value}, checked now (unknown key, bad value). */
+    /**
+     * Sets {@code key} to {@code value}, checked now (unknown key, bad value).
+     *
+     * @param key the key, as {@code outboxd config example} lists them
+     * @param value the value
+     * @return this configuration
+     */
     public OutboxConfig set(String key, String value) {
         Objects.requireNonNull(key, "key");
         Objects.requireNonNull(value, "value");
@@ -64,31 +79,66 @@ public final class OutboxConfig {
         return this;
     }
 
+    /**
+     * Sets a numeric key.
+     *
+     * @param key the key
+     * @param value the value
+     * @return this configuration
+     */
     public OutboxConfig set(String key, long value) {
         return set(key, Long.toString(value));
     }
 
+    /**
+     * Sets a boolean key.
+     *
+     * @param key the key
+     * @param value the value
+     * @return this configuration
+     */
     public OutboxConfig set(String key, boolean value) {
         return set(key, Boolean.toString(value));
     }
 
-    /** For the {@code *.ms} keys. */
+    /**
+     * For the {@code *.ms} keys.
+     *
+     * @param key the key
+     * @param value the value, in milliseconds
+     * @return this configuration
+     */
     public OutboxConfig set(String key, Duration value) {
         return set(key, Long.toString(value.toMillis()));
     }
 
-    /** Shorthand for {@code set("db.url", url)}. */
+    /**
+     * Shorthand for {@code set("db.url", url)}.
+     *
+     * @param url {@code mysql://user:pass@host:port/db}
+     * @return this configuration
+     */
     public OutboxConfig dbUrl(String url) {
         return set("db.url", url);
     }
 
-    /** Removes {@code key}: the default applies again. */
+    /**
+     * Removes {@code key}: the default applies again.
+     *
+     * @param key the key
+     * @return this configuration
+     */
     public OutboxConfig unset(String key) {
         values.remove(key);
         return this;
     }
 
-    /** The value set for {@code key}, or the library's default. */
+    /**
+     * The value set for {@code key}, or the library's default.
+     *
+     * @param key the key
+     * @return the value set for {@code key}, or the library's default
+     */
     public String get(String key) {
         String v = values.get(key);
         if (v != null) {
@@ -98,17 +148,30 @@ public final class OutboxConfig {
         return Native.configDefault(key);
     }
 
-    /** Whether {@code key} was set. */
+    /**
+     * Whether {@code key} was set.
+     *
+     * @param key the key
+     * @return whether {@code key} was set
+     */
     public boolean isSet(String key) {
         return values.containsKey(key);
     }
 
-    /** The keys set so far and their values, in the order set. */
+    /**
+     * The keys set so far and their values, in the order set.
+     *
+     * @return the keys set so far and their values, in the order set
+     */
     public Map<String, String> asMap() {
         return Collections.unmodifiableMap(new LinkedHashMap<>(values));
     }
 
-    /** Every key the library knows, with what it means, in documentation order. */
+    /**
+     * Every key the library knows, with what it means, in documentation order.
+     *
+     * @return every key the library knows, with what it means, in documentation order
+     */
     public static Map<String, String> keys() {
         Native.ensureLoaded();
         String[] flat = Native.configKeyDocs();
@@ -119,7 +182,12 @@ public final class OutboxConfig {
         return Collections.unmodifiableMap(m);
     }
 
-    /** Checks the whole configuration, the values against each other too (what {@link Outbox#start} does first). */
+    /**
+     * Checks the whole configuration, the values against each other too (what {@link Outbox#start} does first).
+     *
+     * @return this configuration
+     * @throws OutboxConfigException a value is wrong or values do not work together
+     */
     public OutboxConfig validate() {
         Native.ensureLoaded();
         Native.configValidate(keyArray(), valueArray());

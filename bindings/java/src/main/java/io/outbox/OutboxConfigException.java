@@ -21,9 +21,13 @@ public class OutboxConfigException extends OutboxException {
         INCONSISTENT
     }
 
+    /** What is wrong. */
     private final Kind kind;
+    /** The keys involved. */
     private final List<String> keys;
+    /** The refused value. */
     private final String value;
+    /** Why, without the key and value. */
     private final String reason;
 
     /** Called by the native library. */
@@ -35,26 +39,47 @@ public class OutboxConfigException extends OutboxException {
         this.reason = reason;
     }
 
+    /**
+     * What is wrong: an unknown key, a bad value, or values that do not work together.
+     *
+     * @return what is wrong
+     */
     public Kind kind() {
         return kind;
     }
 
-    /** The key at fault (the first one, for {@link Kind#INCONSISTENT}). */
+    /**
+     * The key at fault (the first one, for {@link Kind#INCONSISTENT}).
+     *
+     * @return the key at fault (the first one, for {@link Kind#INCONSISTENT})
+     */
     public String key() {
         return keys.isEmpty() ? null : keys.get(0);
     }
 
-    /** Every key involved. */
+    /**
+     * Every key involved.
+     *
+     * @return every key involved
+     */
     public List<String> keys() {
         return keys;
     }
 
-    /** The refused value, for {@link Kind#INVALID_VALUE}; {@code null} otherwise. */
+    /**
+     * The refused value, for {@link Kind#INVALID_VALUE}; {@code null} otherwise.
+     *
+     * @return the refused value, for {@link Kind#INVALID_VALUE}; {@code null} otherwise
+     */
     public String value() {
         return value;
     }
 
-    /** Why, without the key and value. */
+    /**
+     * Why, without the key and value.
+     *
+     * @return why, without the key and value
+     */
     public String reason() {
         return reason;
     }

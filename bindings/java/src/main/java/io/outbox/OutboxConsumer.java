@@ -91,6 +91,11 @@ public final class OutboxConsumer implements AutoCloseable {
      * start that cannot work fails at once, naming why; a name server or broker that cannot be
      * reached does not fail it (the consumer keeps trying and says so in {@link #stats()}).
      *
+     * @param config the configuration
+     * @param topic the topic to subscribe
+     * @param group the consumer group
+     * @param handler the service's code for one message
+     * @return the running consumer; stop or close it when done
      * @throws NullPointerException a {@code null} argument (the message names it)
      * @throws OutboxInvalidEventException a bad {@code topic} or {@code consumer_group} (the field is named)
      * @throws OutboxConfigException a bad or missing key ({@code db.url}, {@code consumer.*}, {@code inbox.*})
@@ -106,6 +111,12 @@ public final class OutboxConsumer implements AutoCloseable {
     /**
      * Like {@link #start}, with a handler given each batch's new messages at once (up to
      * {@code consumer.batch.max} per transaction).
+     *
+     * @param config the configuration
+     * @param topic the topic to subscribe
+     * @param group the consumer group
+     * @param handler the service's code for a batch
+     * @return the running consumer; stop or close it when done
      */
     public static OutboxConsumer startBatch(OutboxConfig config, String topic, String group, BatchConsumerHandler handler) {
         Objects.requireNonNull(handler, "handler must not be null");
@@ -126,17 +137,29 @@ public final class OutboxConsumer implements AutoCloseable {
         }
     }
 
-    /** The topic this consumer subscribed. */
+    /**
+     * The topic this consumer subscribed.
+     *
+     * @return the topic
+     */
     public String topic() {
         return topic;
     }
 
-    /** Its consumer group. */
+    /**
+     * Its consumer group.
+     *
+     * @return the consumer group
+     */
     public String group() {
         return group;
     }
 
-    /** The counters now; after {@link #stop()} or {@link #close()}, the final ones ({@link OutboxConsumerStats#isStopped()}). */
+    /**
+     * The counters now; after {@link #stop()} or {@link #close()}, the final ones ({@link OutboxConsumerStats#isStopped()}).
+     *
+     * @return the counters
+     */
     public OutboxConsumerStats stats() {
         long h = state.handle.get();
         if (h != 0) {
@@ -157,6 +180,7 @@ public final class OutboxConsumer implements AutoCloseable {
      * and stored, the consumer leaves its group. Blocks until then, also when another thread is
      * stopping it. Returns the final counts; later calls return them again.
      *
+     * @return the final counts
      * @throws IllegalStateException called from a consumer's handler
      */
     public OutboxConsumerStats stop() {
@@ -176,7 +200,11 @@ public final class OutboxConsumer implements AutoCloseable {
         return finalStats();
     }
 
-    /** Whether {@link #close()} has completed. */
+    /**
+     * Whether {@link #close()} has completed.
+     *
+     * @return whether {@link #close()} has completed
+     */
     public boolean isClosed() {
         return state.handle.get() == 0;
     }

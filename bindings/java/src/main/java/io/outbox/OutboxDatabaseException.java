@@ -10,8 +10,11 @@ import java.sql.SQLException;
 public class OutboxDatabaseException extends OutboxException {
     private static final long serialVersionUID = 1L;
 
+    /** The server's error number. */
     private final int errorCode;
+    /** The SQLSTATE. */
     private final String sqlState;
+    /** Whether the same call may succeed later. */
     private final boolean retriable;
 
     /** Called by the native library. */
@@ -31,17 +34,29 @@ public class OutboxDatabaseException extends OutboxException {
         this.retriable = s.startsWith("08") || s.equals("40001") || errorCode == 1213 || errorCode == 1205;
     }
 
-    /** The server's error number (1062 duplicate key, 1146 no such table, ...); 0 when not from the server. */
+    /**
+     * The server's error number (1062 duplicate key, 1146 no such table, ...); 0 when not from the server.
+     *
+     * @return the server's error number (1062 duplicate key, 1146 no such table, ...); 0 when not from the server
+     */
     public int errorCode() {
         return errorCode;
     }
 
-    /** The SQLSTATE, or {@code null}. */
+    /**
+     * The SQLSTATE, or {@code null}.
+     *
+     * @return the SQLSTATE, or {@code null}
+     */
     public String sqlState() {
         return sqlState;
     }
 
-    /** Whether the same call may succeed later (a connection or lock problem, not a mistake in the call). */
+    /**
+     * Whether the same call may succeed later (a connection or lock problem, not a mistake in the call).
+     *
+     * @return whether the same call may succeed later (a connection or lock problem, not a mistake in the call)
+     */
     public boolean isRetriable() {
         return retriable;
     }

@@ -42,22 +42,44 @@ public final class OutboxEvents {
         }
     }
 
-    /** Inserts {@code event} into {@code t_event_record} through {@code conn}; returns the new row's id. */
+    /**
+     * Inserts {@code event} into {@code t_event_record} through {@code conn}; returns the new row's id.
+     *
+     * @param conn the host's connection, in its transaction
+     * @param event the event
+     * @return the new row's id
+     */
     public static long enqueue(Connection conn, Event event) {
         return enqueue(conn, DEFAULT_TABLE, event);
     }
 
-    /** Inserts {@code event} into {@code table} through {@code conn}; returns the new row's id. */
+    /**
+     * Inserts {@code event} into {@code table} through {@code conn}; returns the new row's id.
+     *
+     * @param conn the host's connection, in its transaction
+     * @param table the outbox table
+     * @param event the event
+     * @return the new row's id
+     */
     public static long enqueue(Connection conn, String table, Event event) {
         return enqueue(conn, table, defaultPayloadMax(), event);
     }
 
-    /** The INSERT statement the library uses for {@code table} (its parameters: {@link #insertParameters()}). */
+    /**
+     * The INSERT statement the library uses for {@code table} (its parameters: {@link #insertParameters()}).
+     *
+     * @param table the outbox table
+     * @return the statement
+     */
     public static String insertStatement(String table) {
         return insert(table).sql;
     }
 
-    /** The names of the INSERT's parameters, in order. */
+    /**
+     * The names of the INSERT's parameters, in order.
+     *
+     * @return the names of the INSERT's parameters, in order
+     */
     public static String[] insertParameters() {
         return insert(DEFAULT_TABLE).params.clone();
     }

@@ -7,10 +7,21 @@ package io.outbox;
 public class OutboxException extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
+    /**
+     * An exception with a message.
+     *
+     * @param message what went wrong
+     */
     public OutboxException(String message) {
         super(message);
     }
 
+    /**
+     * An exception with a message and its cause.
+     *
+     * @param message what went wrong
+     * @param cause the underlying failure
+     */
     public OutboxException(String message, Throwable cause) {
         super(message, cause);
     }

@@ -81,6 +81,9 @@ public final class OutboxInbox {
      * {@code inbox.table} and the value otherwise. Nothing is read from the database: the table
      * must exist (migration V8 creates {@code outbox_inbox}; for another name, the same DDL, e.g.
      * {@code CREATE TABLE points_inbox LIKE outbox_inbox}).
+     *
+     * @param table the inbox table's name
+     * @return the inbox
      */
     public static OutboxInbox of(String table) {
         Objects.requireNonNull(table, "table");
@@ -97,7 +100,11 @@ public final class OutboxInbox {
         return DEFAULT_TABLE.equals(table) ? DEFAULT : new OutboxInbox(table);
     }
 
-    /** The table name. */
+    /**
+     * The table name.
+     *
+     * @return the table name
+     */
     public String table() {
         return table;
     }
@@ -113,11 +120,14 @@ public final class OutboxInbox {
      * effect. (Spring's {@code @Transactional} rolls back for unchecked exceptions only; for a
      * checked one, declare {@code rollbackFor = Exception.class}.)
      *
+     * @param <T> what the handler returns
+     * @param <E> what the handler may throw
      * @param conn a connection in a transaction ({@code setAutoCommit(false)}); one in autocommit
      *     mode is refused with {@link IllegalStateException}, before anything is written
      * @param group the consumer group: 1 to 255 characters of {@code [A-Za-z0-9_%|-]}
      * @param eventKey the event's key ({@link #eventKey(Map)}): 1 to 255 bytes of UTF-8, compared exactly
      * @param message where the message came from, stored with the mark; {@code null} for none
+     * @param handler the event's effect, run on {@code conn} if the key is new
      * @return {@link InboxResult#isDuplicate()} if the group had already processed the key (the
      *     handler did not run), else the handler's value
      * @throws OutboxInvalidEventException a bad group, key or message field (named), before anything is sent
@@ -135,7 +145,18 @@ public final class OutboxInbox {
         return InboxResult.processed(handler.handle(conn));
     }
 
-    /** {@link #process(Connection, String, String, InboxMessage, InboxHandler)} without a message trace. */
+    /**
+     * {@link #process(Connection, String, String, InboxMessage, InboxHandler)} without a message trace.
+     *
+     * @param <T> what the handler returns
+     * @param <E> what the handler may throw
+     * @param conn a connection in a transaction
+     * @param group the consumer group
+     * @param eventKey the event's key
+     * @param handler the event's effect
+     * @return as for the other {@code process}
+     * @throws E what the handler threw
+     */
     public <T, E extends Exception> InboxResult<T> process(Connection conn, String group, String eventKey, InboxHandler<T, E> handler)
             throws E {
         return process(conn, group, eventKey, null, handler);
@@ -152,6 +173,11 @@ public final class OutboxInbox {
      * (up to {@code innodb_lock_wait_timeout}, then a retriable {@link OutboxDatabaseException}
      * 1205): a commit makes this a duplicate, a rollback lets this mark the key.
      *
+     * @param conn a connection in a transaction ({@code setAutoCommit(false)})
+     * @param group the consumer group, as for {@link #process}
+     * @param eventKey the event's key, as for {@link #process}
+     * @param message where the message came from, stored with the mark; {@code null} for none
+     * @return {@code true} if the key was new and is now marked, {@code false} for a duplicate
      * @throws IllegalStateException {@code conn} is in autocommit mode (the mark would commit
      *     alone); nothing is written
      * @throws OutboxInvalidEventException a bad group, key or message field (named), before anything is sent
@@ -161,7 +187,14 @@ public final class OutboxInbox {
         return mark("mark", conn, group, eventKey, message);
     }
 
-    /** {@link #mark(Connection, String, String, InboxMessage)} without a message trace. */
+    /**
+     * {@link #mark(Connection, String, String, InboxMessage)} without a message trace.
+     *
+     * @param conn a connection in a transaction
+     * @param group the consumer group
+     * @param eventKey the event's key
+     * @return {@code true} if the key was new and is now marked, {@code false} for a duplicate
+     */
     public boolean mark(Connection conn, String group, String eventKey) {
         return mark("mark", conn, group, eventKey, null);
     }
@@ -170,6 +203,11 @@ public final class OutboxInbox {
      * Whether {@code group} has a mark of {@code eventKey} visible to {@code conn} (its own
      * uncommitted mark, or a committed one). A pre-check only: two copies can both see
      * {@code false}; {@link #process} is what decides. Works in autocommit mode too.
+     *
+     * @param conn a connection
+     * @param group the consumer group
+     * @param eventKey the event's key
+     * @return whether a mark is visible
      */
     public boolean isProcessed(Connection conn, String group, String eventKey) {
         Objects.requireNonNull(conn, "conn");
@@ -192,6 +230,9 @@ public final class OutboxInbox {
      * refused with an {@link OutboxInvalidEventException} naming {@code event_key}; there is no
      * fallback: {@code eventId} is the row id, unique only within one outbox table, and the
      * broker's message id changes when the relay sends an event again.
+     *
+     * @param properties the message's user properties
+     * @return the key
      */
     public static String eventKey(Map<String, String> properties) {
         Objects.requireNonNull(properties, "properties");

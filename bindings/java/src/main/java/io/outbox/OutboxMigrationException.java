@@ -4,7 +4,9 @@ package io.outbox;
 public class OutboxMigrationException extends OutboxException {
     private static final long serialVersionUID = 1L;
 
+    /** The migration that failed. */
     private final int version;
+    /** What the failed migration does. */
     private final String description;
 
     /** Called by the native library. */
@@ -14,11 +16,20 @@ public class OutboxMigrationException extends OutboxException {
         this.description = description;
     }
 
-    /** The migration that failed (0 when the migration lock could not be taken). */
+    /**
+     * The migration that failed (0 when the migration lock could not be taken).
+     *
+     * @return the migration that failed (0 when the migration lock could not be taken)
+     */
     public int version() {
         return version;
     }
 
+    /**
+     * The failed migration's description, such as {@code create t_event_record}.
+     *
+     * @return the failed migration's description
+     */
     public String description() {
         return description;
     }

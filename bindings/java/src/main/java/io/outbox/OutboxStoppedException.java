@@ -4,6 +4,11 @@ package io.outbox;
 public class OutboxStoppedException extends OutboxException {
     private static final long serialVersionUID = 1L;
 
+    /**
+     * An exception with a message.
+     *
+     * @param message which call was refused
+     */
     public OutboxStoppedException(String message) {
         super(message);
     }

@@ -14,10 +14,21 @@ package io.outbox;
 public class OutboxTransientException extends OutboxException {
     private static final long serialVersionUID = 1L;
 
+    /**
+     * A transient failure with a message.
+     *
+     * @param message what is unavailable
+     */
     public OutboxTransientException(String message) {
         super(message);
     }
 
+    /**
+     * A transient failure with a message and its cause.
+     *
+     * @param message what is unavailable
+     * @param cause the underlying failure
+     */
     public OutboxTransientException(String message, Throwable cause) {
         super(message, cause);
     }

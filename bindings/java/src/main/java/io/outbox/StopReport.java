@@ -14,22 +14,38 @@ public final class StopReport {
         this.alreadyStopped = r[3] != 0;
     }
 
-    /** Claimed-but-unsent events returned to WAIT during the stop. */
+    /**
+     * Claimed-but-unsent events returned to WAIT during the stop.
+     *
+     * @return claimed-but-unsent events returned to WAIT during the stop
+     */
     public long released() {
         return released;
     }
 
-    /** Events still held at the deadline (their leases expire and they are relayed again). */
+    /**
+     * Events still held at the deadline (their leases expire and they are relayed again).
+     *
+     * @return events still held at the deadline (their leases expire and they are relayed again)
+     */
     public long inFlightAtDeadline() {
         return inFlightAtDeadline;
     }
 
-    /** Whether some relay thread was still running at the deadline. */
+    /**
+     * Whether some relay thread was still running at the deadline.
+     *
+     * @return whether some relay thread was still running at the deadline
+     */
     public boolean timedOut() {
         return timedOut;
     }
 
-    /** Whether an earlier call had stopped the relay already. */
+    /**
+     * Whether an earlier call had stopped the relay already.
+     *
+     * @return whether an earlier call had stopped the relay already
+     */
     public boolean alreadyStopped() {
         return alreadyStopped;
     }
