@@ -51,6 +51,7 @@ fn fill(topic: &str, db_url: &str, n: u64) {
                     tag: None,
                     headers: Default::default(),
                     attempt: 0,
+                    created_ms: 0,
                 }
             })
             .collect();

@@ -191,6 +191,7 @@ fn dummy(topic: &str, i: u64) -> OutboundEvent {
         tag: None,
         headers: BTreeMap::new(),
         attempt: 0,
+        created_ms: 0,
     }
 }
 

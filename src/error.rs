@@ -237,7 +237,8 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    pub(crate) fn invalid(key: &str, value: impl fmt::Display, reason: impl Into<String>) -> Self {
+    /// An invalid value of `key`, and why.
+    pub fn invalid(key: &str, value: impl fmt::Display, reason: impl Into<String>) -> Self {
         ConfigError::InvalidValue {
             key: key.to_string(),
             value: value.to_string(),

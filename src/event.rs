@@ -57,6 +57,18 @@ impl NewEvent {
         self
     }
 
+    /// The caller's W3C trace context (docs/tracing.md): stored with the row and sent as the
+    /// `traceparent` and `tracestate` message properties. Checked by [`NewEvent::validate`].
+    pub fn with_trace_context(mut self, traceparent: impl Into<String>, tracestate: Option<String>) -> Self {
+        self.headers
+            .insert(crate::trace::TRACEPARENT.into(), traceparent.into());
+        match tracestate {
+            Some(ts) => self.headers.insert(crate::trace::TRACESTATE.into(), ts),
+            None => self.headers.remove(crate::trace::TRACESTATE),
+        };
+        self
+    }
+
     /// Checks every field; the error names the first field that is wrong and why.
     pub fn validate(&self, payload_max_bytes: usize) -> Result<(), Error> {
         text_field("biz_no", &self.biz_no, MAX_BIZ_NO_CHARS)?;
@@ -102,7 +114,7 @@ impl NewEvent {
                 return Err(invalid("headers", format!("value of {k:?} has control characters")));
             }
         }
-        Ok(())
+        crate::trace::check_headers(&self.headers)
     }
 
     /// The headers as stored in the `headers` column (a JSON object), or `None` when empty:
@@ -135,10 +147,22 @@ pub struct OutboundEvent {
     pub headers: BTreeMap<String, String>,
     /// Attempts already made before this one (the row's `retry_count` when it was claimed).
     pub attempt: u32,
+    /// When the row was written (its `create_time`, the database's clock), in milliseconds since
+    /// the Unix epoch; 0 when unknown. Sent as the `eventCreatedAt` property, from which a
+    /// consumer measures commit → credited.
+    pub created_ms: u64,
 }
 
 /// Property names the relay sets itself; rows may not override them.
-pub const RESERVED_HEADERS: &[&str] = &["eventId", "eventKey", "eventType", "bizNo", "KEYS", "TAGS"];
+pub const RESERVED_HEADERS: &[&str] = &[
+    "eventId",
+    "eventKey",
+    "eventType",
+    "bizNo",
+    "eventCreatedAt",
+    "KEYS",
+    "TAGS",
+];
 
 fn text_field(field: &'static str, value: &str, max_chars: usize) -> Result<(), Error> {
     if value.trim().is_empty() {

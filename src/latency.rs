@@ -129,6 +129,7 @@ mod tests {
             to_broker: Duration::from_millis(ms),
             to_success: Duration::from_millis(ms + 1),
             held: Duration::from_millis(1),
+            trace_id: None,
         }
     }
 

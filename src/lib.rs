@@ -32,6 +32,8 @@ pub mod relay;
 pub(crate) mod sql;
 pub mod stats;
 pub mod store;
+pub mod telemetry;
+pub mod trace;
 
 pub use config::{Backoff, BackoffPolicy, ClaimStrategy, Config, KEYS};
 pub use db::connect;

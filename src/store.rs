@@ -190,11 +190,12 @@ impl Store {
     }
 
     /// How many columns [`Store::columns`] lists.
-    const COLUMNS: usize = 11;
+    const COLUMNS: usize = 12;
 
     fn columns() -> &'static str {
         "id, biz_no, event_type, payload, topic, tag, headers, retry_count, \
-         GREATEST(0, TIMESTAMPDIFF(MICROSECOND, create_time, NOW(3))) AS age_us, next_retry_time, event_key"
+         GREATEST(0, TIMESTAMPDIFF(MICROSECOND, create_time, NOW(3))) AS age_us, next_retry_time, event_key, \
+         CAST(UNIX_TIMESTAMP(create_time) * 1000 AS UNSIGNED) AS created_ms"
     }
 
     /// Decodes the scan's rows; also returns the scan position of the last one, and the rows
@@ -238,6 +239,7 @@ impl Store {
         let age_us: u64 = col(&mut row, 8);
         let due: Option<String> = col(&mut row, 9);
         let stored_key: Option<String> = col(&mut row, 10);
+        let created_ms: Option<u64> = col(&mut row, 11);
         let new_key = stored_key.as_deref().is_none_or(str::is_empty);
         let event = OutboundEvent {
             id,
@@ -254,6 +256,7 @@ impl Store {
             tag: tag.filter(|t| !t.is_empty()),
             headers: parse_headers(id, headers.as_deref()),
             attempt: retry_count,
+            created_ms: created_ms.unwrap_or(0),
         };
         (event, Duration::from_micros(age_us), due, new_key)
     }
@@ -747,8 +750,17 @@ impl Store {
     }
 }
 
-/// Inserts one event through any connection or transaction; returns its id.
+/// Inserts one event through any connection or transaction; returns its id. An event without a
+/// trace context gets the caller's current one, when there is one (cargo feature `otel`).
 pub(crate) fn insert<Q: Queryable>(q: &mut Q, table: &str, event: &NewEvent) -> Result<EventId> {
+    let captured;
+    let event = match crate::telemetry::current_trace_context() {
+        Some((tp, ts)) if !event.headers.contains_key(crate::trace::TRACEPARENT) => {
+            captured = event.clone().with_trace_context(tp, ts);
+            &captured
+        }
+        _ => event,
+    };
     let result = q.exec_iter(
         insert_statement(table)?,
         (

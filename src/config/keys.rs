@@ -71,6 +71,8 @@ keys! {
     "log.level" => "off, error, warn, info, debug or trace: the library's log threshold in this process, applied when a relay starts (empty leaves it; the default is info, no line per event)",
     "db.pool.wait.ms" => "how long a library-owned transaction's begin waits for a free pool connection before failing with a pool timeout (0 waits forever)",
     "metrics.listen" => "outboxd only: host:port of the Prometheus /metrics and /healthz endpoint (empty = off)",
+    "otel.exporter.otlp.endpoint" => "outboxd only: OTLP/HTTP collector to send spans to (http://collector:4318; empty: OTEL_EXPORTER_OTLP_ENDPOINT if set, else no export); needs a build with the cargo feature otlp (docs/tracing.md)",
+    "otel.service.name" => "outboxd only: service.name of the spans it exports (OTEL_SERVICE_NAME wins when set)",
     "consumer.threads" => "consumer: handler threads, each with its own database connection; a queue always goes to the same thread",
     "consumer.batch.max" => "consumer: most messages one handler transaction takes (the messages waiting, never waiting for more); 1 = one message per transaction",
     "consumer.max.attempts" => "consumer: handler attempts per message before it is parked in the dead-letter table",
@@ -293,6 +295,36 @@ impl Config {
                     Some(v.to_string())
                 }
             }
+            "otel.exporter.otlp.endpoint" => {
+                self.otel.endpoint = if v.is_empty() {
+                    None
+                } else {
+                    let rest = v
+                        .strip_prefix("http://")
+                        .or_else(|| v.strip_prefix("https://"))
+                        .ok_or_else(|| {
+                            ConfigError::invalid(key, v, "expected http://host:port or https://host:port")
+                        })?;
+                    if rest.is_empty() || rest.starts_with('/') || rest.contains(char::is_whitespace) {
+                        return Err(ConfigError::invalid(
+                            key,
+                            v,
+                            "expected http://host:port or https://host:port",
+                        ));
+                    }
+                    Some(v.to_string())
+                }
+            }
+            "otel.service.name" => {
+                if v.is_empty() || v.chars().count() > 128 || v.chars().any(char::is_control) {
+                    return Err(ConfigError::invalid(
+                        key,
+                        v,
+                        "must be 1 to 128 characters without control characters",
+                    ));
+                }
+                self.otel.service_name = v.to_string();
+            }
             _ => return Err(ConfigError::UnknownKey { key: key.to_string() }),
         }
         Ok(())
@@ -373,6 +405,8 @@ impl Config {
             "retention.interval.ms" => ms(&self.retention_interval),
             "retention.round.max.ms" => ms(&self.retention_round_max),
             "metrics.listen" => self.metrics_listen.clone().unwrap_or_default(),
+            "otel.exporter.otlp.endpoint" => self.otel.endpoint.clone().unwrap_or_default(),
+            "otel.service.name" => self.otel.service_name.clone(),
             "log.level" => self
                 .log_level
                 .map(|l| l.as_str().to_ascii_lowercase())

@@ -6,6 +6,7 @@
 mod console;
 mod consumer;
 mod keys;
+mod otel;
 mod parse;
 mod typed;
 
@@ -15,6 +16,7 @@ pub use consumer::{
     DEFAULT_INBOX_TABLE, MAX_BATCH_MAX, MIN_INBOX_RETENTION,
 };
 pub use keys::{KeyInfo, KEYS, SECRET_KEYS};
+pub use otel::{OtelConfig, DEFAULT_OTEL_SERVICE_NAME};
 pub use parse::redact_url;
 pub(crate) use parse::table_name;
 pub use typed::*;

@@ -208,6 +208,8 @@ pub struct Config {
     pub retention_round_max: Duration,
     /// `host:port` of the daemon's metrics endpoint; `None` = off.
     pub metrics_listen: Option<String>,
+    /// Where `outboxd` exports spans (`otel.*`).
+    pub otel: super::OtelConfig,
     /// Keys set with [`Config::set`] (a profile applied later keeps their values).
     pub explicit: ExplicitKeys,
     /// Process-wide log threshold applied when a relay opens (`log.level`); `None` leaves it.
@@ -271,6 +273,7 @@ impl Default for Config {
             retention_interval: Duration::from_secs(60),
             retention_round_max: Duration::from_secs(2),
             metrics_listen: None,
+            otel: super::OtelConfig::default(),
             explicit: ExplicitKeys::default(),
             log_level: None,
             db_pool_wait: Some(Duration::from_secs(30)),

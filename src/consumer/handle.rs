@@ -13,6 +13,7 @@ use super::message::Message;
 use super::shared::Inner;
 use crate::error::Error;
 use crate::inbox::MessageMeta;
+use crate::telemetry::{Handled, ProcessSpans};
 
 /// What became of a message in a handler thread.
 pub(super) enum Done {
@@ -66,6 +67,38 @@ pub(super) fn handle_batch(inner: &Inner, msgs: &[Message]) -> usize {
 /// many messages the handler ran on; `Err` says why the batch must go one message at a time
 /// (the transaction was rolled back, nothing of it committed).
 fn attempt_batch(inner: &Inner, msgs: &[Message]) -> std::result::Result<u64, String> {
+    let spans = ProcessSpans::start(
+        msgs.iter().map(|m| (&m.properties, m.queue.topic.as_str())),
+        &inner.config.group,
+    );
+    match attempt_batch_in(inner, msgs, &spans) {
+        Ok(new) => {
+            spans.end(Handled::Committed);
+            credited(inner, msgs.iter().zip(&new).filter(|(_, n)| **n).map(|(m, _)| m));
+            Ok(new.iter().filter(|n| **n).count() as u64)
+        }
+        Err(why) => {
+            spans.end(Handled::BatchRetried(&why));
+            Err(why)
+        }
+    }
+}
+
+/// Records commit → credited for messages whose effects were just committed (not duplicates).
+fn credited<'a>(inner: &Inner, msgs: impl Iterator<Item = &'a Message>) {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    for m in msgs {
+        if let Some(created) = m.created_ms() {
+            inner.counters.credited.record(created, now_ms);
+        }
+    }
+}
+
+/// The batch's transaction; `Ok` says which messages were new (their handler ran).
+fn attempt_batch_in(inner: &Inner, msgs: &[Message], spans: &ProcessSpans) -> std::result::Result<Vec<bool>, String> {
     let mut conn = inner.pool.get_conn().map_err(|e| e.to_string())?;
     let mut tx = conn.start_transaction(TxOpts::default()).map_err(|e| e.to_string())?;
     let new: Vec<bool> = if inner.config.inbox {
@@ -81,6 +114,9 @@ fn attempt_batch(inner: &Inner, msgs: &[Message]) -> std::result::Result<u64, St
     } else {
         vec![true; msgs.len()]
     };
+    for (i, n) in new.iter().enumerate() {
+        spans.inbox(i, *n);
+    }
     let n = new.iter().filter(|n| **n).count();
     if n > 0 {
         // The new messages only, in order; the whole batch, without copying, when all are new.
@@ -96,7 +132,11 @@ fn attempt_batch(inner: &Inner, msgs: &[Message]) -> std::result::Result<u64, St
                 .collect();
             &fresh
         };
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.handler.run(&mut tx, run)));
+        // Each new message's span is current while the handler runs on it.
+        let positions: Vec<usize> = (0..msgs.len()).filter(|i| new[*i]).collect();
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            inner.handler.run(&mut tx, run, |i| spans.enter(positions[i]))
+        }));
         match ran {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(format!("the handler failed: {e}")),
@@ -112,7 +152,7 @@ fn attempt_batch(inner: &Inner, msgs: &[Message]) -> std::result::Result<u64, St
     // its mark (a duplicate) or runs.
     tx.commit().map_err(|e| format!("the commit failed: {e}"))?;
     inner.counters.transactions.fetch_add(1, Relaxed);
-    Ok(n as u64)
+    Ok(new)
 }
 
 pub(super) fn handle_message(inner: &Inner, msg: &Message) -> Done {
@@ -246,9 +286,34 @@ fn attempt(inner: &Inner, msg: &Message) -> std::result::Result<bool, Failure> {
 /// Any failure drops `tx`, which rolls back everything, the mark included.
 pub(super) fn run_in(
     inner: &Inner,
+    tx: Transaction<'_>,
+    msg: &Message,
+    replay: Option<u64>,
+) -> std::result::Result<bool, Failure> {
+    let spans = ProcessSpans::start(
+        std::iter::once((&msg.properties, msg.queue.topic.as_str())),
+        &inner.config.group,
+    );
+    let result = run_marked(inner, tx, msg, replay, &spans);
+    match &result {
+        Ok(new) => {
+            spans.end(Handled::Committed);
+            if *new {
+                credited(inner, std::iter::once(msg));
+            }
+        }
+        Err(Failure::Transient(e)) => spans.end(Handled::Transient(e)),
+        Err(Failure::Handler { error, .. }) => spans.end(Handled::Failed(error)),
+    }
+    result
+}
+
+fn run_marked(
+    inner: &Inner,
     mut tx: Transaction<'_>,
     msg: &Message,
     replay: Option<u64>,
+    spans: &ProcessSpans,
 ) -> std::result::Result<bool, Failure> {
     let db = |e: Error| {
         if e.is_retriable() {
@@ -265,11 +330,14 @@ pub(super) fn run_in(
             .inbox
             .mark(&mut tx, &inner.config.group, &msg.key, &msg.meta())
             .map_err(db)?;
+    spans.inbox(0, new);
     if new {
         // A handler that panics fails this attempt like an error (its thread, and so its queues,
         // go on); the transaction is rolled back when dropped.
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            inner.handler.run(&mut tx, std::slice::from_ref(msg))
+            inner
+                .handler
+                .run(&mut tx, std::slice::from_ref(msg), |_| spans.enter(0))
         }));
         match ran {
             Ok(result) => result.map_err(classify_handler_error)?,

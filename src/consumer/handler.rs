@@ -63,10 +63,19 @@ pub(super) enum Handling {
 }
 
 impl Handling {
-    /// Runs the service's code on `msgs` (all new) in `tx`.
-    pub(super) fn run(&self, tx: &mut Transaction<'_>, msgs: &[Message]) -> std::result::Result<(), HandlerError> {
+    /// Runs the service's code on `msgs` (all new) in `tx`; `enter(i)` is held while the
+    /// per-message handler runs on `msgs[i]` (its trace span made current).
+    pub(super) fn run<G>(
+        &self,
+        tx: &mut Transaction<'_>,
+        msgs: &[Message],
+        enter: impl Fn(usize) -> G,
+    ) -> std::result::Result<(), HandlerError> {
         match self {
-            Handling::Each(h) => msgs.iter().try_for_each(|m| h.handle(tx, m)),
+            Handling::Each(h) => msgs.iter().enumerate().try_for_each(|(i, m)| {
+                let _current = enter(i);
+                h.handle(tx, m)
+            }),
             Handling::Batch(h) => h.handle_batch(tx, msgs),
         }
     }

@@ -52,6 +52,10 @@ pub struct Message {
 /// The message property with the dedup key (what the relay sets).
 pub const EVENT_KEY_PROPERTY: &str = "eventKey";
 
+/// The message property carrying when the event's row was written (the outbox database's
+/// clock, milliseconds since the Unix epoch): commit → credited is measured from it.
+pub const EVENT_CREATED_AT_PROPERTY: &str = "eventCreatedAt";
+
 impl Message {
     /// Builds a message and picks its dedup key: the `eventKey` property, else `<topic>#<eventId>`,
     /// else the broker's message id.
@@ -98,6 +102,17 @@ impl Message {
 
     pub fn biz_no(&self) -> Option<&str> {
         self.property("bizNo")
+    }
+
+    /// When the event's row was written (`eventCreatedAt`), in milliseconds since the Unix epoch.
+    pub fn created_ms(&self) -> Option<u64> {
+        self.property(EVENT_CREATED_AT_PROPERTY).and_then(|v| v.parse().ok())
+    }
+
+    /// The producer's W3C trace context (`traceparent`, `tracestate`), if the message carries a
+    /// valid one (docs/tracing.md).
+    pub fn trace_context(&self) -> Option<(crate::trace::TraceParent, Option<&str>)> {
+        crate::trace::context_of(&self.properties)
     }
 
     pub(crate) fn meta(&self) -> MessageMeta {

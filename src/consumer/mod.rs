@@ -41,7 +41,7 @@ mod stats;
 
 pub use crate::config::{ConsumerConfig, StartFrom};
 pub use handler::{BatchHandler, Handler, HandlerError, Transient};
-pub use message::{KeySource, Message, QueueRef, EVENT_KEY_PROPERTY};
+pub use message::{KeySource, Message, QueueRef, EVENT_CREATED_AT_PROPERTY, EVENT_KEY_PROPERTY};
 pub use runtime::Consumer;
 pub use source::Source;
-pub use stats::ConsumerStats;
+pub use stats::{ConsumerStats, CreditedLatency};

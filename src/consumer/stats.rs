@@ -39,7 +39,39 @@ pub struct ConsumerStats {
     /// Why the consumer cannot take messages now (the name server or the broker unreachable, no
     /// queue of the topic assigned, taking messages failing), or `None` while it can.
     pub unhealthy: Option<String>,
+    /// Commit → credited: from the event's row written (its `eventCreatedAt`, the outbox
+    /// database's clock) to the handler's commit (this host's clock), for every message processed
+    /// that carries it.
+    pub credited: CreditedLatency,
 }
+
+/// A histogram of commit → credited times: bucket `i` counts times under `2^i` ms, the last one
+/// everything longer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreditedLatency {
+    pub count: u64,
+    pub sum_ms: u64,
+    /// Per bucket: its upper bound in ms and how many fell in it.
+    pub buckets: Vec<(u64, u64)>,
+}
+
+impl CreditedLatency {
+    /// The upper bound (ms) of the bucket holding quantile `q` (0 < q ≤ 1); 0 when empty.
+    pub fn quantile_ms(&self, q: f64) -> u64 {
+        let want = (self.count as f64 * q).ceil() as u64;
+        let mut seen = 0;
+        for (le, n) in &self.buckets {
+            seen += n;
+            if seen >= want && want > 0 {
+                return *le;
+            }
+        }
+        0
+    }
+}
+
+/// Buckets of [`CreditedLatency`]: up to 2^23 ms (2.3 h) and one more for longer.
+const CREDITED_BUCKETS: usize = 24;
 
 impl ConsumerStats {
     /// Whether the consumer can take messages now (see [`ConsumerStats::unhealthy`]).
@@ -57,6 +89,10 @@ impl ConsumerStats {
             "fallback_keys": self.fallback_keys, "transactions": self.transactions,
             "batch_fallbacks": self.batch_fallbacks, "in_flight": self.in_flight, "lag": self.lag,
             "healthy": self.healthy(), "unhealthy": self.unhealthy, "stopped": stopped,
+            "credited": {
+                "count": self.credited.count, "sum_ms": self.credited.sum_ms,
+                "p50_ms": self.credited.quantile_ms(0.5), "p99_ms": self.credited.quantile_ms(0.99),
+            },
         })
         .to_string()
     }
@@ -156,7 +192,62 @@ impl ConsumerStats {
                 lag,
             );
         }
+        let name = "outbox_consumer_commit_to_credited_seconds";
+        out.push_str(&format!(
+            "# HELP {name} From the event's row written to the handler's commit (processed messages carrying \
+             eventCreatedAt).\n# TYPE {name} histogram\n"
+        ));
+        let mut cumulative = 0;
+        for (le_ms, n) in &self.credited.buckets {
+            cumulative += n;
+            if *le_ms >= 1 << (CREDITED_BUCKETS - 1) {
+                break;
+            }
+            out.push_str(&format!(
+                "{name}_bucket{{group=\"{g}\",le=\"{}\"}} {cumulative}\n",
+                *le_ms as f64 / 1000.0
+            ));
+        }
+        out.push_str(&format!(
+            "{name}_bucket{{group=\"{g}\",le=\"+Inf\"}} {}\n{name}_sum{{group=\"{g}\"}} {}\n\
+             {name}_count{{group=\"{g}\"}} {}\n",
+            self.credited.count,
+            self.credited.sum_ms as f64 / 1000.0,
+            self.credited.count
+        ));
         out
+    }
+}
+
+/// The running histogram behind [`CreditedLatency`].
+#[derive(Default)]
+pub(super) struct Credited {
+    count: AtomicU64,
+    sum_ms: AtomicU64,
+    buckets: [AtomicU64; CREDITED_BUCKETS],
+}
+
+impl Credited {
+    /// Records a message processed now whose row was written at `created_ms` (epoch ms).
+    pub(super) fn record(&self, created_ms: u64, now_ms: u64) {
+        let ms = now_ms.saturating_sub(created_ms);
+        self.count.fetch_add(1, Relaxed);
+        self.sum_ms.fetch_add(ms, Relaxed);
+        let bucket = if ms == 0 { 0 } else { (64 - ms.leading_zeros()) as usize };
+        self.buckets[bucket.min(CREDITED_BUCKETS - 1)].fetch_add(1, Relaxed);
+    }
+
+    fn snapshot(&self) -> CreditedLatency {
+        CreditedLatency {
+            count: self.count.load(Relaxed),
+            sum_ms: self.sum_ms.load(Relaxed),
+            buckets: self
+                .buckets
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (1u64 << i, b.load(Relaxed)))
+                .collect(),
+        }
     }
 }
 
@@ -176,6 +267,7 @@ pub(super) struct Counters {
     pub(super) done: AtomicU64,
     /// -1: unknown.
     pub(super) lag: AtomicI64,
+    pub(super) credited: Credited,
 }
 
 impl Counters {
@@ -198,6 +290,7 @@ impl Counters {
             in_flight: received.saturating_sub(self.done.load(Relaxed)),
             lag: u64::try_from(lag).ok(),
             unhealthy,
+            credited: self.credited.snapshot(),
         }
     }
 }

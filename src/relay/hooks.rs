@@ -23,4 +23,7 @@ pub struct Delivery {
     pub to_success: Duration,
     /// How long this instance held the row SENDING (claim to SUCCESS).
     pub held: Duration,
+    /// The trace id of the event's stored trace context, if it has one: an exemplar for a
+    /// latency histogram.
+    pub trace_id: Option<[u8; 16]>,
 }

@@ -17,6 +17,7 @@ use crate::event::{EventId, OutboundEvent};
 use crate::publisher::{FailureKind, SendError, SendOutcome};
 use crate::stats::Counters;
 use crate::store::DeadLetter;
+use crate::telemetry::PublishSpans;
 
 /// A send is not started with less lease than this left; the events are released instead.
 const MIN_SEND_BUDGET: Duration = Duration::from_millis(20);
@@ -60,6 +61,7 @@ fn process(inner: &Inner, chunk: &Chunk) {
         return;
     }
     Counters::add(&inner.counters.publish_calls, 1);
+    let spans = PublishSpans::start(&chunk.events);
     let outcomes = match catch_unwind(AssertUnwindSafe(|| inner.publisher.publish(&chunk.events, timeout))) {
         Ok(v) if v.len() == chunk.events.len() => v,
         Ok(v) => {
@@ -79,6 +81,7 @@ fn process(inner: &Inner, chunk: &Chunk) {
         }
     };
     let broker_acked = chunk.claimed.elapsed();
+    spans.end(&outcomes);
     record_outcomes(inner, chunk, outcomes, broker_acked);
 }
 
@@ -97,7 +100,7 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, bro
         match outcome {
             SendOutcome::Sent { msg_id } => {
                 acks.push((event.id, msg_id));
-                acked_ages.push(*age);
+                acked_ages.push((*age, event));
             }
             SendOutcome::Failed(e) if e.kind == FailureKind::Unavailable => unavailable.push((event.id, e)),
             SendOutcome::Failed(e) if e.kind == FailureKind::Parked => parked.push((event.id, e)),
@@ -150,11 +153,12 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, bro
             Counters::add(&inner.counters.sent, got);
             if let Some(hook) = &inner.latency {
                 let held = chunk.claimed.elapsed();
-                for age in &acked_ages {
+                for (age, event) in &acked_ages {
                     hook(&Delivery {
                         to_broker: *age + broker_acked,
                         to_success: *age + held,
                         held,
+                        trace_id: crate::trace::context_of(&event.headers).map(|(tp, _)| tp.trace_id),
                     });
                 }
             }

@@ -30,13 +30,21 @@ fn tag_of(event: &OutboundEvent, tag_source: TagSource) -> Option<&str> {
     }
 }
 
-/// The user properties of `event`: `eventId`, `eventKey`, `eventType`, `bizNo`, then its headers.
+/// The user properties of `event`: `eventId`, `eventKey`, `eventType`, `bizNo`, `eventCreatedAt`
+/// (when known), then its headers (among them `traceparent` and `tracestate`, when the event
+/// carries a trace context).
 pub fn properties_of(event: &OutboundEvent) -> BTreeMap<String, String> {
     let mut p = event.headers.clone();
     p.insert("eventId".into(), event.id.to_string());
     p.insert(EVENT_KEY_PROPERTY.into(), event.key.clone());
     p.insert("eventType".into(), event.event_type.clone());
     p.insert("bizNo".into(), event.biz_no.clone());
+    if event.created_ms > 0 {
+        p.insert(
+            crate::consumer::EVENT_CREATED_AT_PROPERTY.into(),
+            event.created_ms.to_string(),
+        );
+    }
     p
 }
 
@@ -173,6 +181,7 @@ mod tests {
             tag: None,
             headers: BTreeMap::new(),
             attempt: 0,
+            created_ms: 0,
         }
     }
 

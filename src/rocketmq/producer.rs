@@ -463,6 +463,7 @@ mod tests {
             tag: None,
             headers: BTreeMap::new(),
             attempt: 0,
+            created_ms: 0,
         }
     }
 

@@ -209,12 +209,14 @@ static void test_enqueue_in_committed_tx(void) {
   outbox_tx *tx = NULL;
   CHECK_OK(outbox_tx_begin(r, &tx));
   insert_order(tx, "C-COMMIT-1");
-  outbox_header hs[2] = {{"traceId", "abc-123"}, {"source", "c-test"}};
+  outbox_header hs[3] = {{"traceId", "abc-123"},
+                         {"source", "c-test"},
+                         {"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}};
   outbox_event e = order_event("C-COMMIT-1");
   e.topic = "ORDER_TOPIC_C";
   e.tag = "created";
   e.headers = hs;
-  e.headers_len = 2;
+  e.headers_len = 3;
   uint64_t id = 0;
   CHECK_OK(outbox_enqueue_in_tx(tx, &e, &id));
   CHECK(id > 0);
@@ -226,7 +228,8 @@ static void test_enqueue_in_committed_tx(void) {
   CHECK(orders_of(r, "C-COMMIT-1") == 1);
   CHECK(query1(r, "SELECT COUNT(*) FROM t_event_record WHERE biz_no = ? AND status = 'WAIT' AND "
                   "topic = 'ORDER_TOPIC_C' AND tag = 'created' AND "
-                  "JSON_VALUE(headers, '$.traceId') = 'abc-123'",
+                  "JSON_VALUE(headers, '$.traceId') = 'abc-123' AND JSON_VALUE(headers, "
+                  "'$.traceparent') = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'",
                "C-COMMIT-1") == 1);
   CHECK(query1(r, "SELECT payload = '{\"order\":1}' FROM t_event_record WHERE biz_no = ?",
                "C-COMMIT-1") == 1);
@@ -380,6 +383,17 @@ static void test_invalid_events(void) {
   e.headers = NULL;
   e.headers_len = 3;
   CHECK_RC(outbox_enqueue_in_tx(tx, &e, &id), OUTBOX_ERR_NULL_ARGUMENT);
+  /* A trace context (docs/tracing.md) is checked: a malformed traceparent, or a tracestate
+   * without one, is refused naming the header. */
+  outbox_header bad_trace = {"traceparent", "00-not-a-trace-01"};
+  e.headers = &bad_trace;
+  e.headers_len = 1;
+  CHECK_RC(outbox_validate_event(r, &e, err, sizeof err), OUTBOX_ERR_INVALID_EVENT);
+  CHECK(strstr(err, "traceparent") != NULL && strstr(err, "00-not-a-trace-01") != NULL);
+  CHECK_RC(outbox_enqueue_in_tx(tx, &e, &id), OUTBOX_ERR_INVALID_EVENT);
+  outbox_header lone_state = {"tracestate", "k=v"};
+  e.headers = &lone_state;
+  CHECK_RC(outbox_enqueue_in_tx(tx, &e, &id), OUTBOX_ERR_INVALID_EVENT);
 
   CHECK(id == 99); /* never written on failure */
   e = order_event("C-GOOD-1");

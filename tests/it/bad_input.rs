@@ -119,6 +119,8 @@ const BAD_VALUES: &[(&str, &[&str])] = &[
     ("consumer.replay.interval.ms", &["0", "3600001", "2s"]),
     ("consumer.inbox", &["", "maybe", "2"]),
     ("consumer.start.from", &["", "middle", "FIRST", "latest"]),
+    ("otel.exporter.otlp.endpoint", &["collector:4318", "ftp://x", "http://", "http:// spaced"]),
+    ("otel.service.name", &["", "a\tb"]),
     ("console.enabled", &["", "maybe", "2"]),
     ("console.listen", &["", "9470", "localhost", "127.0.0.1:http", "127.0.0.1:70000"]),
     ("console.admin.token", &["short", "has a space in it, long enough", "tab\there-and-long-enough"]),

@@ -18,7 +18,7 @@ const LONG: Duration = Duration::from_secs(30);
 
 /// Messages handed out in order; commits recorded.
 #[derive(Default)]
-struct MemSource {
+pub(crate) struct MemSource {
     pending: Mutex<VecDeque<Message>>,
     commits: Mutex<Vec<(QueueRef, u64, bool)>>,
     persisted: AtomicUsize,
@@ -29,7 +29,7 @@ struct MemSource {
 }
 
 impl MemSource {
-    fn with(messages: Vec<Message>) -> Arc<MemSource> {
+    pub(crate) fn with(messages: Vec<Message>) -> Arc<MemSource> {
         let s = MemSource::default();
         s.pending.lock().extend(messages);
         Arc::new(s)
@@ -84,7 +84,7 @@ fn queue(id: u32) -> QueueRef {
 }
 
 /// An order event as the relay sends it: `eventKey`, `eventId`, `bizNo`, the order in the body.
-fn order_message(q: u32, offset: u64, key: &str, order: &str, amount: i64) -> Message {
+pub(crate) fn order_message(q: u32, offset: u64, key: &str, order: &str, amount: i64) -> Message {
     let mut p = BTreeMap::new();
     p.insert("eventKey".to_string(), key.to_string());
     p.insert("eventId".to_string(), offset.to_string());
@@ -100,7 +100,7 @@ fn order_message(q: u32, offset: u64, key: &str, order: &str, amount: i64) -> Me
     )
 }
 
-fn points_table(db: &TestDb) {
+pub(crate) fn points_table(db: &TestDb) {
     db.conn()
         .query_drop(
             "CREATE TABLE credits (order_no VARCHAR(32) NOT NULL, amount BIGINT NOT NULL, seq BIGINT AUTO_INCREMENT PRIMARY KEY)",
@@ -109,7 +109,7 @@ fn points_table(db: &TestDb) {
 }
 
 /// The points service's handler: credits the order (one row per credit, so a double credit shows).
-fn credit(tx: &mut mysql::Transaction<'_>, msg: &Message) -> Result<(), HandlerError> {
+pub(crate) fn credit(tx: &mut mysql::Transaction<'_>, msg: &Message) -> Result<(), HandlerError> {
     let body: serde_json::Value = serde_json::from_slice(&msg.body)?;
     tx.exec_drop(
         "INSERT INTO credits (order_no, amount) VALUES (?, ?)",
@@ -121,13 +121,13 @@ fn credit(tx: &mut mysql::Transaction<'_>, msg: &Message) -> Result<(), HandlerE
     Ok(())
 }
 
-fn credits(db: &TestDb) -> Vec<(String, i64)> {
+pub(crate) fn credits(db: &TestDb) -> Vec<(String, i64)> {
     db.conn()
         .query("SELECT order_no, amount FROM credits ORDER BY seq")
         .unwrap()
 }
 
-fn config(group: &str) -> ConsumerConfig {
+pub(crate) fn config(group: &str) -> ConsumerConfig {
     let mut c = ConsumerConfig::new(group);
     c.threads = 3;
     c.backoff_initial = Duration::from_millis(10);

@@ -149,6 +149,7 @@ fn send(topic: &str, n: usize) -> HashSet<String> {
             tag: None,
             headers: Default::default(),
             attempt: 0,
+            created_ms: 0,
         };
         let out = p.publish(std::slice::from_ref(&e), Duration::from_secs(5));
         assert!(matches!(out[0], SendOutcome::Sent { .. }), "{out:?}");

@@ -1069,3 +1069,84 @@ fn the_shipped_alerts_and_dashboard_name_only_metrics_of_a_live_scrape() {
         "the names were not checked:\n{out}"
     );
 }
+
+/// `outboxd` sends the spans of traced events to an OTLP/HTTP collector, found through the
+/// configuration key or the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (with `OTEL_SERVICE_NAME`).
+#[cfg(all(feature = "rocketmq", feature = "otlp"))]
+#[test]
+fn run_exports_the_spans_of_traced_events_over_otlp() {
+    use std::sync::mpsc;
+
+    let _shared = crate::rocketmq_e2e::BROKER_LOCK.read();
+    crate::rocketmq_e2e::ensure_broker();
+    for (via_env, tag) in [(false, "d_otlp_key"), (true, "d_otlp_env")] {
+        let db = TestDb::new(tag);
+        // A collector: every POST body to /v1/traces.
+        let collector = tiny_http::Server::http("127.0.0.1:0").unwrap();
+        let port = collector.server_addr().to_ip().unwrap().port();
+        let (tx, rx) = mpsc::channel::<(String, Vec<u8>)>();
+        std::thread::spawn(move || {
+            for mut req in collector.incoming_requests() {
+                let mut body = Vec::new();
+                let _ = req.as_reader().read_to_end(&mut body);
+                let _ = tx.send((req.url().to_string(), body));
+                let _ = req.respond(tiny_http::Response::empty(200));
+            }
+        });
+        let trace_id: [u8; 16] = rand::random();
+        let tp = outbox::trace::TraceParent {
+            version: 0,
+            trace_id,
+            parent_id: rand::random(),
+            flags: 1,
+        };
+        {
+            let mut conn = db.conn();
+            let mut t = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+            let e = outbox::NewEvent::new("ORD-1", "ORDER_PAID", "{}").with_trace_context(tp.to_header(), None);
+            outbox::enqueue_in_tx(&mut t, &e).unwrap();
+            t.commit().unwrap();
+        }
+        let mut c = outboxd(&db);
+        let endpoint = format!("http://127.0.0.1:{port}");
+        if via_env {
+            c.env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+                .env("OTEL_SERVICE_NAME", "points-relay");
+        } else {
+            c.env("OUTBOX_OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+        }
+        let metrics_port = free_port();
+        c.env("OUTBOX_TOPIC", format!("T_{}", db.name))
+            .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876")
+            .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{metrics_port}"))
+            .arg("run")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().unwrap();
+        assert!(
+            wait_until(Duration::from_secs(60), || db.count("SUCCESS") == 1),
+            "not relayed"
+        );
+        // The commit -> ack histogram names the event's trace as its exemplar.
+        let hex: String = trace_id.iter().map(|b| format!("{b:02x}")).collect();
+        let (_, metrics) = http_get(metrics_port, "/metrics").unwrap();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("outbox_commit_to_ack_seconds_bucket")
+                    && l.contains(&format!("# {{trace_id=\"{hex}\"}}"))),
+            "no exemplar with the trace id:\n{metrics}"
+        );
+        // The last spans leave when outboxd stops.
+        signal(&child, "TERM");
+        assert_eq!(exit_code(&mut child, Duration::from_secs(30)), Some(0));
+        let (url, body) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the collector received nothing");
+        assert_eq!(url, "/v1/traces");
+        let contains = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+        assert!(contains(&trace_id), "the trace id is not in the export");
+        assert!(contains(b"outbox.publish"));
+        assert!(contains(if via_env { b"points-relay" } else { b"outboxd" }));
+    }
+}

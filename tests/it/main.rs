@@ -22,5 +22,7 @@ mod stall;
 #[cfg(feature = "rocketmq")]
 mod stalled_broker;
 mod support;
+#[cfg(feature = "otel")]
+mod tracing;
 #[cfg(feature = "rocketmq")]
 mod two_brokers;

@@ -4,6 +4,7 @@ mod console;
 mod metrics;
 mod settings;
 mod startup;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -435,6 +436,8 @@ fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
     );
     let latency = metrics::Latency::new();
     let publisher = outbox::publisher_for(&config)?;
+    // Spans go out over OTLP when configured; flushed when this guard drops at the end of run.
+    let _spans = telemetry::export(&config)?;
     let target = metrics::Target::new();
     if let Some(addr) = &config.metrics_listen {
         metrics::serve(addr, target.clone(), latency.clone()).map_err(|e| outbox::Error::Publisher(e.to_string()))?;
@@ -457,7 +460,7 @@ fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
         let (l2, c2) = (latency.clone(), console.clone());
         builder
             .latency_hook(move |d| {
-                l2.observe(d.to_success, d.held);
+                l2.observe(d.to_success, d.held, d.trace_id);
                 if let Some(c) = c2.get() {
                     c.record(d);
                 }

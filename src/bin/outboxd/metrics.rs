@@ -6,6 +6,7 @@ use std::time::Duration;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
@@ -15,10 +16,14 @@ use outbox::{BreakerState, Relay};
 /// Due WAIT rows the per-topic age gauge looks at per scrape (keeps a scrape cheap with any backlog).
 const OLDEST_WAIT_SAMPLE: usize = 10_000;
 
+/// The exemplar of a latency: the trace of the event it measured (OpenMetrics exemplars).
+type TraceExemplar = Vec<(String, String)>;
+
 /// The latency histograms, fed by the relay's latency hook.
 #[derive(Clone)]
 pub struct Latency {
-    pub commit_to_ack: Histogram,
+    /// With the trace id of an event that carried a trace context as each bucket's exemplar.
+    pub commit_to_ack: HistogramWithExemplars<TraceExemplar>,
     pub residence: Histogram,
 }
 
@@ -26,13 +31,17 @@ impl Latency {
     pub fn new() -> Latency {
         Latency {
             // 1 ms .. ~65 s
-            commit_to_ack: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            commit_to_ack: HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 17)),
             residence: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
         }
     }
 
-    pub fn observe(&self, commit_to_ack: Duration, residence: Duration) {
-        self.commit_to_ack.observe(commit_to_ack.as_secs_f64());
+    pub fn observe(&self, commit_to_ack: Duration, residence: Duration, trace_id: Option<[u8; 16]>) {
+        let exemplar = trace_id.map(|id| {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            vec![("trace_id".to_string(), hex)]
+        });
+        self.commit_to_ack.observe(commit_to_ack.as_secs_f64(), exemplar, None);
         self.residence.observe(residence.as_secs_f64());
     }
 }
