@@ -89,6 +89,7 @@ public final class OutboxEvents {
         Objects.requireNonNull(table, "table");
         Objects.requireNonNull(event, "event");
         Insert ins = insert(table);
+        event = OutboxTracing.withCurrentContext(event);
         Event.checkText(event);
         // Validated by the library's own rules; also gives the headers column's JSON.
         String headers = Native.checkEvent(event.bizNo(), event.eventType(), event.payloadUnsafe(), event.topic(), event.tag(),

@@ -166,6 +166,7 @@ public final class OutboxTransaction implements AutoCloseable {
             throw new IllegalStateException("enqueue() is not allowed on the consumer's transaction: it belongs to no relay, "
                     + "whose table and limits the event would need");
         }
+        event = OutboxTracing.withCurrentContext(event);
         Event.checkText(event);
         try {
             return Native.txEnqueue(handle(), event.bizNo(), event.eventType(), event.payloadUnsafe(), event.topic(), event.tag(),
