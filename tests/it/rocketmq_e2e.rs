@@ -687,6 +687,7 @@ fn batch_sends_versus_single_sends_throughput() {
             tag: None,
             headers: BTreeMap::new(),
             attempt: 0,
+            created_ms: 0,
         })
         .collect();
     // Warm up the route and connection.
@@ -758,6 +759,7 @@ fn a_publisher_without_a_name_server_reports_the_broker_unavailable() {
         tag: None,
         headers: BTreeMap::new(),
         attempt: 0,
+        created_ms: 0,
     };
     let out = p.publish(&[e.clone(), e], Duration::from_secs(2));
     eprintln!("no name server: {out:?}");
