@@ -1,3 +1,3 @@
-module outbox.local/outbox
+module github.com/outbox-rs/outbox/bindings/go
 
 go 1.19

@@ -2,9 +2,10 @@
 
 package outbox
 
-// With -tags outbox_static the library is linked into the program: liboutbox.a (found through
-// CGO_LDFLAGS="-L<dir>") and the system libraries it needs. The program then needs only libc,
-// libm, libgcc_s and libz at run time (libz: the RocketMQ client compresses large bodies).
+// With -tags outbox_static a liboutbox.a you built yourself is linked into the program, found
+// through CGO_LDFLAGS="-L<dir>", with the system libraries it needs (those of link_prebuilt.go).
+// The program then needs only libc, libm, libgcc_s and libz at run time (libz: the RocketMQ
+// client compresses large bodies). It takes precedence over outbox_dynamic.
 
-// #cgo LDFLAGS: -l:liboutbox.a -lz -lm -ldl -lpthread -lgcc_s
+// #cgo LDFLAGS: -l:liboutbox.a -lz -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 import "C"

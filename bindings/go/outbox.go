@@ -16,15 +16,19 @@
 // its own RocketMQ client uses Inbox instead (pure Go, on its own *sql.Tx, any driver):
 // inbox.ProcessTx(ctx, tx, group, key, msg, handler), the key from EventKey(message properties).
 //
-// Linking: the package carries its C header (outbox.h, the library's include/outbox.h) and links
-// -loutbox, or liboutbox.a with the build tag outbox_static. Point the linker at the built
-// library, e.g.
+// Linking: the package carries its C header (outbox.h, the library's include/outbox.h). On
+// linux/amd64 the released module (go get github.com/outbox-rs/outbox/bindings/go) also
+// carries the library, built with RocketMQ support (lib/linux-amd64/liboutbox.a), and links it
+// statically by default: no Rust toolchain and no flags are needed. To link a library you built
+// yourself (any platform; a checkout of the repository, which has no lib/), point the linker at
+// it and choose with a build tag:
 //
-//	CGO_LDFLAGS="-L$LIB -Wl,-rpath,$LIB" go build ./...
+//	CGO_LDFLAGS="-L$LIB -Wl,-rpath,$LIB" go build -tags outbox_dynamic ./...
 //	CGO_LDFLAGS="-L$LIB" go build -tags outbox_static ./...
 //
 // with LIB the cargo output directory holding liboutbox.so / liboutbox.a (the rpath lets the
-// program find the shared library without LD_LIBRARY_PATH).
+// program find the shared library without LD_LIBRARY_PATH). On a platform the module has no
+// library for, -loutbox (outbox_dynamic) is the default.
 package outbox
 
 /*

@@ -3,7 +3,9 @@
 # that the MySQL driver they need is never required by the binding's users) against real MariaDB
 # and the built library, then builds a program using the binding as its users would: from a
 # vendor directory, from the module cache (through a file:// module proxy made here), and linked
-# statically with liboutbox.a (-tags outbox_static) when the library directory has it.
+# statically with liboutbox.a (-tags outbox_static) when the library directory has it. The
+# released module, with its prebuilt library and no Rust toolchain, is checked by
+# scripts/release go.
 #
 #   bindings/go/run-tests.sh [go test args...]
 #
@@ -13,10 +15,11 @@
 #   OUTBOX_TEST_MYSQL  server URL without a database (default mysql://root@127.0.0.1:3306)
 #   OUTBOX_GO_RACE     0 to skip the -race pass (default 1)
 #
-# Linking: cgo links -loutbox; CGO_LDFLAGS adds -L and an rpath to $OUTBOX_LIB_DIR, so the test
-# binary finds liboutbox.so without LD_LIBRARY_PATH. Go and the MySQL driver come from Debian
-# (installed here when missing); no module proxy is used (GOPROXY=off, the driver through the
-# replace directive in go.mod).
+# Linking: a checkout has no prebuilt library (lib/linux-amd64/liboutbox.a comes with a release),
+# so everything here builds with -tags outbox_dynamic (cgo links -loutbox); CGO_LDFLAGS adds -L
+# and an rpath to $OUTBOX_LIB_DIR, so the test binary finds liboutbox.so without LD_LIBRARY_PATH.
+# Go and the MySQL driver come from Debian (installed here when missing); no module proxy is used
+# (GOPROXY=off, the driver through the replace directive in go.mod).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -44,7 +47,7 @@ fi
 
 export CGO_ENABLED=1
 export CGO_LDFLAGS="-L$LIB_DIR -Wl,-rpath,$LIB_DIR ${CGO_LDFLAGS:-}"
-export GOFLAGS=-mod=mod GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local
+export GOFLAGS='-mod=mod -tags=outbox_dynamic' GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local
 export GOCACHE=${GOCACHE:-$HOME/.cache/outbox/go-build}
 export GOPATH=${GOPATH:-$HOME/.cache/outbox/gopath}
 
@@ -73,37 +76,41 @@ package main
 import (
 	"fmt"
 
-	"outbox.local/outbox"
+	outbox "github.com/outbox-rs/outbox/bindings/go"
 )
 
 func main() { fmt.Println("outbox", outbox.Version(), outbox.InsertParams()) }
 GO
-printf 'module example.com/app\n\ngo 1.19\n\nrequire outbox.local/outbox v0.1.0\n\nreplace outbox.local/outbox => %s\n' "$here" >"$work/app/go.mod"
-(cd "$work/app" && GOFLAGS=-mod=mod go mod vendor && [ -f vendor/outbox.local/outbox/outbox.h ] \
-    && GOFLAGS=-mod=vendor go build -o app-vendored . && ./app-vendored) \
+module=github.com/outbox-rs/outbox/bindings/go
+printf 'module example.com/app\n\ngo 1.19\n\nrequire %s v0.1.0\n\nreplace %s => %s\n' "$module" "$module" "$here" >"$work/app/go.mod"
+(cd "$work/app" && go mod vendor && [ -f "vendor/$module/outbox.h" ] && [ -f "vendor/$module/lib/linux-amd64/doc.go" ] \
+    && GOFLAGS='-mod=vendor -tags=outbox_dynamic' go build -o app-vendored . && ./app-vendored) \
     || { echo "bindings/go: building from a vendor directory failed" >&2; exit 1; }
 echo "bindings/go: vendored build ok"
 
-# The module as a proxy serves it (zip of the module's files), then built from the module cache.
-proxy="$work/proxy/outbox.local/outbox/@v"
+# The module as a proxy serves it (zip of the module's files, without tests/, a module of its
+# own), then built from the module cache.
+proxy="$work/proxy/$module/@v"
 mkdir -p "$proxy"
 cp go.mod "$proxy/v0.1.0.mod"
 echo '{"Version":"v0.1.0"}' >"$proxy/v0.1.0.info"
 echo v0.1.0 >"$proxy/list"
-python3 - "$here" "$proxy/v0.1.0.zip" <<'PY'
+python3 - "$here" "$proxy/v0.1.0.zip" "$module@v0.1.0/" <<'PY'
 import os, sys, zipfile
-root, dest = sys.argv[1], sys.argv[2]
+root, dest, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
 with zipfile.ZipFile(dest, "w") as z:
-    for name in sorted(os.listdir(root)):
-        path = os.path.join(root, name)
-        if os.path.isfile(path) and not name.endswith(".sh"):
-            z.write(path, "outbox.local/outbox@v0.1.0/" + name)
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if not os.path.exists(os.path.join(d, x, "go.mod")))
+        for name in sorted(files):
+            path = os.path.join(d, name)
+            if os.path.isfile(path) and not os.path.islink(path) and not name.endswith((".sh", ".test")):
+                z.write(path, prefix + os.path.relpath(path, root))
 PY
 mkdir -p "$work/cached"
 cp "$work/app/main.go" "$work/cached/"
-printf 'module example.com/cached\n\ngo 1.19\n\nrequire outbox.local/outbox v0.1.0\n' >"$work/cached/go.mod"
-(cd "$work/cached" && GOPATH="$work/gopath" GOPROXY="file://$work/proxy" GOFLAGS=-mod=mod GONOSUMDB=outbox.local \
-    go build -o app-cached . && ./app-cached && GOPATH="$work/gopath" go list -m -f '{{.Dir}}' outbox.local/outbox | grep -q "$work/gopath/pkg/mod") \
+printf 'module example.com/cached\n\ngo 1.19\n\nrequire %s v0.1.0\n' "$module" >"$work/cached/go.mod"
+(cd "$work/cached" && GOPATH="$work/gopath" GOPROXY="file://$work/proxy" GONOSUMDB=github.com/outbox-rs \
+    go build -o app-cached . && ./app-cached && GOPATH="$work/gopath" go list -m -f '{{.Dir}}' "$module" | grep -q "$work/gopath/pkg/mod") \
     || { echo "bindings/go: building from the module cache failed" >&2; exit 1; }
 echo "bindings/go: module-cache build ok"
 

@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"outbox.local/outbox"
+	outbox "github.com/outbox-rs/outbox/bindings/go"
 )
 
 // The Go consumer (outbox.StartConsumer / StartBatchConsumer) against the RocketMQ broker on

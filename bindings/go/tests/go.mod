@@ -2,16 +2,16 @@
 // use never becomes a requirement of the binding's users. No module proxy is reachable here: the
 // driver comes from Debian's golang-github-go-sql-driver-mysql-dev (run-tests.sh runs with
 // GOFLAGS=-mod=mod GOPROXY=off).
-module outbox.local/outbox/tests
+module github.com/outbox-rs/outbox/bindings/go/tests
 
 go 1.19
 
 require (
 	github.com/go-sql-driver/mysql v1.5.0
-	outbox.local/outbox v0.0.0
+	github.com/outbox-rs/outbox/bindings/go v0.0.0
 )
 
 replace (
 	github.com/go-sql-driver/mysql => /usr/share/gocode/src/github.com/go-sql-driver/mysql
-	outbox.local/outbox => ../
+	github.com/outbox-rs/outbox/bindings/go => ../
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"outbox.local/outbox"
+	outbox "github.com/outbox-rs/outbox/bindings/go"
 )
 
 // logCapture keeps the library's records while a test runs (SetLogFunc is process-wide, so these

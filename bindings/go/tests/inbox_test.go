@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"outbox.local/outbox"
+	outbox "github.com/outbox-rs/outbox/bindings/go"
 )
 
 // The consumer inbox on the caller's own *sql.Tx, against MariaDB. The run's database was

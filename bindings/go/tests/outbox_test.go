@@ -18,7 +18,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
-	"outbox.local/outbox"
+	outbox "github.com/outbox-rs/outbox/bindings/go"
 )
 
 // One database per test run, outbox_go_<random>, migrated through the library, dropped at the end.
