@@ -380,6 +380,7 @@ func (t *Tx) QueryInt64(query string, args ...any) (value int64, found bool, err
 // Enqueue inserts ev into the outbox table inside the transaction and returns its id. Nothing
 // is sent until the transaction commits; a rollback leaves nothing.
 func (t *Tx) Enqueue(ev Event) (uint64, error) {
+	ev = withTraceContext(context.Background(), ev)
 	ce, err := newCEvent(ev)
 	if err != nil {
 		return 0, err
@@ -425,6 +426,7 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, relay *Relay, ev Event) (int64, 
 	if relay.stopped.Load() {
 		return 0, goError(CodeStopped, "the relay is stopped (Stop was called)")
 	}
+	ev = withTraceContext(ctx, ev)
 	// One C copy of the event serves the library's validation and its headers encoding.
 	ce, err := newCEvent(ev)
 	if err != nil {
