@@ -1,6 +1,6 @@
 //! Operator controls of an outbox table (migration V12, `outbox_control`): paused or not. While a
 //! table is paused every relay of it stops claiming (what is in flight finishes; nothing is lost
-//! or sent twice); relays read the flag at most once a second ([`PauseCheck`]). Pausing and
+//! or sent twice); relays read the flag at most once a second (`PauseCheck`). Pausing and
 //! resuming are audited in `outbox_audit`.
 
 use std::time::{Duration, Instant};

@@ -316,7 +316,7 @@ impl Default for Inbox {
 }
 
 /// Creates the inbox table `table` if it does not exist (the DDL of migration V8 with the name
-/// replaced; `table` is validated). [`crate::migrate`] creates the default `outbox_inbox`; call
+/// replaced; `table` is validated). [`crate::migrate()`] creates the default `outbox_inbox`; call
 /// this for another name. Safe to call again and from several instances at once.
 pub fn migrate_inbox(pool: &Pool, table: &str) -> Result<()> {
     let table = crate::config::table_name("inbox.table", table)?;

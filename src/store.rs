@@ -1,5 +1,5 @@
 //! Every statement the relay runs against the outbox table (the producing half's SQL; values go
-//! in as literals built by [`crate::sql`]). The caller-facing INSERT is a constant prepared
+//! in as literals built by `crate::sql`). The caller-facing INSERT is a constant prepared
 //! statement.
 
 use std::collections::HashSet;

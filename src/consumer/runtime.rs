@@ -44,7 +44,7 @@ impl fmt::Debug for Consumer {
 
 impl Consumer {
     /// Starts the threads, with `handler` run on each message. `pool` is the service's database
-    /// (where the inbox and dead-letter tables are, see [`crate::migrate`]); the handler's
+    /// (where the inbox and dead-letter tables are, see [`crate::migrate()`]); the handler's
     /// transactions come from it.
     pub fn start(
         config: ConsumerConfig,

@@ -3,7 +3,7 @@
 //! (`cbindgen.toml`) and committed; `tests/header.rs` fails when the two drift apart.
 //!
 //! Rules every exported function follows:
-//! - its body runs inside [`ffi_boundary!`]: pointer arguments named there are checked for NULL
+//! - its body runs inside `ffi_boundary!`: pointer arguments named there are checked for NULL
 //!   first, and a panic never crosses into C (it becomes `OUTBOX_ERR_PANIC`);
 //! - results are [`outbox_result`] codes with explicit, stable values;
 //! - outputs are written only when the call succeeds;

@@ -1,14 +1,14 @@
 //! The relay: the producing half. Each step of the protocol (README, "How it works") is one
 //! thread kind, in a file of its own:
 //!
-//! - [`scanner`]: claims due rows in batches (skip-locked, per-row or ordered) and splits each
+//! - `scanner`: claims due rows in batches (skip-locked, per-row or ordered) and splits each
 //!   round into chunks for the workers (the claim, step 2; the fast path, step 7);
-//! - [`worker`]: sends a chunk through the [`Publisher`] and records every outcome in one
+//! - `worker`: sends a chunk through the [`Publisher`] and records every outcome in one
 //!   statement per outcome (send, ack, retry, fail; steps 3, 4 and 6);
-//! - [`reclaimer`]: returns expired leases to WAIT and renews the leases of long sends (step 5);
-//! - [`retention`]: deletes old SUCCESS rows (step 8), when `retention.age.ms` is set.
+//! - `reclaimer`: returns expired leases to WAIT and renews the leases of long sends (step 5);
+//! - `retention`: deletes old SUCCESS rows (step 8), when `retention.age.ms` is set.
 //!
-//! [`shared`] holds what they share (the configuration, the store, the counters, the breaker,
+//! `shared` holds what they share (the configuration, the store, the counters, the breaker,
 //! the leases of chunks in flight); this file holds the public [`Relay`], its builder, and its
 //! start and stop.
 

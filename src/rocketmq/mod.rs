@@ -2,20 +2,20 @@
 //! [`Publisher`](crate::publisher::Publisher) and the consumer runtime's [`Source`](crate::consumer::Source).
 //!
 //! The client is async; the core is blocking. Each side owns a small Tokio runtime of its own
-//! ([`runtime`]) and blocks on it. One file per concern:
+//! (`runtime`) and blocks on it. One file per concern:
 //!
 //! - [`producer`]: [`RocketMqPublisher`]: the producer, unordered sends as broker batches with a
 //!   one-by-one fallback, and what a call's outcomes say about the broker;
-//! - [`ordered`]: ordered sends (`ordering = per-biz-no`): each key's run to its queue, in order;
-//! - [`routes`]: topic routes, the ordered topics' cached queues, and what a missing route means;
+//! - `ordered`: ordered sends (`ordering = per-biz-no`): each key's run to its queue, in order;
+//! - `routes`: topic routes, the ordered topics' cached queues, and what a missing route means;
 //! - [`message`]: an event as a message (key, tag, properties) and a send result as outcomes;
 //! - [`classify`]: client errors as [`FailureKind`](crate::publisher::FailureKind)s, and their descriptions;
 //! - [`source`]: [`RocketMqSource`], the lite pull consumer the consumer runtime reads from;
 //! - [`testing`]: a reader of a whole topic, for tests, the demo and the fault suite.
 //!
 //! The client is async; the relay core is blocking. [`RocketMqPublisher`] therefore owns a small
-//! Tokio runtime (a [`RuntimeOwner`]), the client runtime built on it and one started
-//! [`DefaultMQProducer`]. Worker threads call [`Publisher::publish`] concurrently; each call blocks
+//! Tokio runtime (a `RuntimeOwner`), the client runtime built on it and one started
+//! `DefaultMQProducer`. Worker threads call [`Publisher::publish`] concurrently; each call blocks
 //! on the shared runtime (the producer's send methods take `&self`).
 //!
 //! What a message looks like: body = the row's payload, key = the event id, tag = the row's tag
@@ -33,6 +33,12 @@
 //! failures are [`FailureKind::Unavailable`] (not counted against the event; the relay's circuit
 //! breaker counts them), unknown outcomes are [`FailureKind::Timeout`], and problems of the
 //! message are [`FailureKind::Rejected`].
+//!
+//! [`classify`]: mod@classify
+//! [`Publisher::publish`]: crate::Publisher::publish
+//! [`FailureKind::Unavailable`]: crate::publisher::FailureKind::Unavailable
+//! [`FailureKind::Timeout`]: crate::publisher::FailureKind::Timeout
+//! [`FailureKind::Rejected`]: crate::publisher::FailureKind::Rejected
 
 pub mod classify;
 pub mod message;

@@ -1,6 +1,6 @@
 //! [`RocketMqPublisher`]: one started producer on a runtime of its own, shared by every worker
 //! thread. Unordered calls go out as broker batches (split below [`BATCH_MAX_BYTES`]), with a
-//! batch refused for its content resent message by message; ordered calls go to [`super::ordered`].
+//! batch refused for its content resent message by message; ordered calls go to `super::ordered`.
 //! What a call's outcomes say about the broker (reachable or not) is kept for health checks.
 
 use std::collections::{HashMap, HashSet};
