@@ -98,6 +98,54 @@ pub fn holders(conn: &mut PooledConn, table: &str) -> Result<Vec<Holder>> {
         .collect())
 }
 
+/// One broker of the table's topics, as the rows see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerView {
+    pub broker: String,
+    /// Queues of ordered topics on it (the stable queue set, `outbox_topic_queue`).
+    pub queues: u64,
+    /// Rows waiting because this broker was down when their send came (parked keys, ordered
+    /// mode), counted up to [`COUNT_BOUND`] among the rows backing off.
+    pub parked: u64,
+}
+
+/// The brokers known to the table: those of ordered topics' queue sets, and those rows are
+/// parked on (the relay's breaker covers the broker side as a whole; a broker down while others
+/// are up parks only its own keys). Bounded: the queue book is small, the parked rows are read
+/// from the backing-off WAIT range of `idx_status_next_retry`, at most [`COUNT_BOUND`].
+pub fn brokers(conn: &mut PooledConn, table: &str) -> Result<Vec<BrokerView>> {
+    let mut by: std::collections::BTreeMap<String, BrokerView> = std::collections::BTreeMap::new();
+    let queues: std::result::Result<Vec<(String, u64)>, mysql::Error> =
+        conn.query("SELECT broker_name, COUNT(*) FROM outbox_topic_queue GROUP BY broker_name LIMIT 1000");
+    for (broker, n) in queues.unwrap_or_default() {
+        by.entry(broker.clone())
+            .or_insert(BrokerView {
+                broker,
+                queues: 0,
+                parked: 0,
+            })
+            .queues = n;
+    }
+    let parked: Vec<(Option<String>, u64)> = conn.query(format!(
+        "SELECT SUBSTRING_INDEX(SUBSTRING(last_error, {start}), ' ', 1), COUNT(*) FROM \
+         (SELECT last_error FROM {table} FORCE INDEX (idx_status_next_retry) WHERE status = 'WAIT' \
+          AND next_retry_time > NOW(3) LIMIT {COUNT_BOUND}) w \
+         WHERE last_error LIKE 'parked: broker %' GROUP BY 1",
+        start = "parked: broker ".len() + 1
+    ))?;
+    for (broker, n) in parked {
+        let broker = broker.unwrap_or_default();
+        by.entry(broker.clone())
+            .or_insert(BrokerView {
+                broker,
+                queues: 0,
+                parked: 0,
+            })
+            .parked = n;
+    }
+    Ok(by.into_values().collect())
+}
+
 /// What the events page filters on.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {

@@ -38,6 +38,10 @@ pub(super) fn json(c: &Console) -> Page {
     let b = data::backlog(&mut conn, &c.config.table)?;
     let paused = crate::control::state(&mut conn, &c.config.table)?;
     let relay = c.live.relay().map(|r| r.counters().to_json());
+    let brokers: Vec<serde_json::Value> = data::brokers(&mut conn, &c.config.table)?
+        .into_iter()
+        .map(|b| serde_json::json!({"broker": b.broker, "queues": b.queues, "parked": b.parked}))
+        .collect();
     Ok(Response::json(
         serde_json::json!({
             "table": c.config.table,
@@ -45,6 +49,7 @@ pub(super) fn json(c: &Console) -> Page {
             "sent_estimate": b.done_estimate, "count_bound": COUNT_BOUND,
             "oldest_due_ms": b.oldest_due.map(|d| d.as_millis() as u64),
             "paused": paused.map(|p| p.to_string()),
+            "brokers": brokers,
             "relay": relay.and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok()),
         })
         .to_string(),
@@ -77,6 +82,32 @@ fn live_html(c: &Console) -> Result<String, super::state::Failure> {
                 .collect::<Vec<_>>(),
         )
     ));
+    let brokers = data::brokers(&mut conn, table_name)?;
+    if !brokers.is_empty() {
+        out.push_str(&format!(
+            "<section><h2>Brokers</h2>{}<p class=\"hint\">A broker down while others are up parks only the \
+             keys of its queues (ordered mode); the relay's breaker (below) is for the broker side as a \
+             whole.</p></section>",
+            table(
+                "brokers",
+                &["broker", "queues (ordered topics)", "rows parked, waiting for it"],
+                &brokers
+                    .iter()
+                    .map(|b| {
+                        vec![
+                            esc(&b.broker),
+                            thousands(b.queues),
+                            if b.parked > 0 {
+                                format!("<strong>{}</strong>", count(b.parked, Some(COUNT_BOUND)))
+                            } else {
+                                "0: up".into()
+                            },
+                        ]
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        ));
+    }
     match c.live.relay() {
         Some(relay) => out.push_str(&relay_section(c, &relay)),
         None => out.push_str(

@@ -536,3 +536,43 @@ fn a_replay_of_more_rows_than_the_preview_counts_takes_every_matching_row() {
         .unwrap();
     assert_eq!(audited, 1_100);
 }
+
+#[test]
+fn the_overview_shows_each_broker_and_the_rows_parked_waiting_for_it() {
+    let db = TestDb::new("console_brokers");
+    db.seed(3);
+    let mut conn = db.conn();
+    conn.query_drop(
+        "INSERT INTO outbox_topic_queue (topic, broker_name, queue_id) VALUES \
+         ('orders', 'broker-a', 0), ('orders', 'broker-a', 1), ('orders', 'broker-b', 0), ('orders', 'broker-b', 1)",
+    )
+    .unwrap();
+    conn.query_drop(
+        "UPDATE t_event_record SET next_retry_time = NOW(3) + INTERVAL 1 MINUTE, \
+         last_error = 'parked: broker broker-b unreachable: connection refused' WHERE id <= 2",
+    )
+    .unwrap();
+    let console = Console::new(&config(&db)).unwrap();
+    let reader = Session::login(&console, READ, "rita");
+    let page = body(&console.handle(&reader.get("/partials/overview")));
+    assert!(page.contains("<h2>Brokers</h2>"), "{page}");
+    let row_of = |broker: &str| -> String {
+        let at = page
+            .find(&format!("<td>{broker}</td>"))
+            .unwrap_or_else(|| panic!("{broker}: {page}"));
+        page[at..].split("</tr>").next().unwrap().to_string()
+    };
+    assert!(
+        row_of("broker-b").contains("<strong>2</strong>"),
+        "{}",
+        row_of("broker-b")
+    );
+    assert!(row_of("broker-a").contains("0: up"), "{}", row_of("broker-a"));
+    let mut bearer = get("/api/overview.json");
+    bearer.headers.insert("authorization".into(), format!("Bearer {READ}"));
+    let json: serde_json::Value = serde_json::from_slice(&console.handle(&bearer).body).unwrap();
+    assert_eq!(
+        json["brokers"][1],
+        serde_json::json!({"broker": "broker-b", "queues": 2, "parked": 2})
+    );
+}
