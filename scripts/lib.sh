@@ -53,9 +53,10 @@ ensure_rocketmq() {
     scripts/rocketmq start
 }
 
-# The broker's cold build (~30 min here) ends in long single-crate steps that leave a core idle:
+# The broker's cold build (~11 min here) ends in long single-crate steps that leave a core idle:
 # start it in the background, build the project meanwhile, then finish_rocketmq. Instant when
-# the broker is already installed.
+# the broker is already installed. `finish_rocketmq fresh` starts them on an empty store, with
+# nothing left running from before (scripts/test).
 begin_rocketmq_install() {
     scripts/rocketmq install &
     ROCKETMQ_INSTALL_PID=$!
@@ -66,7 +67,7 @@ finish_rocketmq() {
         wait "$ROCKETMQ_INSTALL_PID" || { say "building the RocketMQ name server and broker failed"; return 1; }
         ROCKETMQ_INSTALL_PID=
     fi
-    scripts/rocketmq start
+    scripts/rocketmq "${1:-start}"
 }
 
 ensure_build_tools() {
