@@ -82,8 +82,10 @@ check_deb() (
     db="outbox_rel_deb_$$_$RANDOM"
     server="${OUTBOX_TEST_MYSQL:-mysql://root@127.0.0.1:3306}"
     TMPDIR_DEB=$(mktemp -d)
+    # Every step may fail (the daemon has exited already, nothing was installed): under set -e
+    # a failing one would be the subshell's exit status, after the check had passed.
     cleanup() {
-        [ -n "${pid:-}" ] && kill -KILL "$pid" 2>/dev/null
+        if [ -n "${pid:-}" ]; then kill -KILL "$pid" 2>/dev/null || true; fi
         dpkg --purge outboxd >/dev/null 2>&1 || true
         rm -rf "$TMPDIR_DEB"
         mariadb -h 127.0.0.1 -P 3306 -u root -e "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
