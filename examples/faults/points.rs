@@ -7,6 +7,13 @@
 //! is SIGKILLed and restarted once. At the end every committed order must be credited exactly
 //! once (per order and in sum), nothing of a rolled-back transaction credited, no dead letter;
 //! the duplicates that reached the consumers are counted (and were absorbed by the inbox).
+//!
+//! The consumers run with their defaults (batches on). Some orders fail the first time a consumer
+//! process handles them ("flaky": the batch rolls back, is handled one message at a time, and the
+//! order is retried); a few fail every time until they are cured ("poison": parked in the dead
+//! letters after `consumer.max.attempts`, the queue going on). A third consumer joins the group
+//! for the middle third of the run and leaves it. At the end the poison is cured and the parked
+//! orders are replayed by `outboxd dead-letters replay --consumer-group`, as an operator would.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -37,9 +44,46 @@ pub fn points_of(biz: &str) -> i64 {
     1 + (h % 100) as i64
 }
 
+/// What the handler does with an order, from its `biz_no` (so the check needs no other record).
+#[derive(PartialEq)]
+enum Kind {
+    Normal,
+    /// Fails the first time a consumer process handles it (about 3 % of orders).
+    Flaky,
+    /// Fails every time until `points_cure` holds a row (about 1 order in 2 000).
+    Poison,
+}
+
+fn kind_of(biz: &str) -> Kind {
+    let h = biz
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(131).wrapping_add(b as u64));
+    match h % 2000 {
+        0 => Kind::Poison,
+        1..=60 => Kind::Flaky,
+        _ => Kind::Normal,
+    }
+}
+
+/// The flaky orders this process has failed once.
+static FAILED_ONCE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+    std::sync::LazyLock::new(Default::default);
+
 /// The handler: one credit row per order (no unique key, so a double credit would show).
 fn credit(tx: &mut mysql::Transaction<'_>, m: &Message) -> Result<(), HandlerError> {
     let biz = m.biz_no().ok_or("message without a bizNo property")?.to_string();
+    match kind_of(&biz) {
+        Kind::Flaky if FAILED_ONCE.lock().unwrap().insert(biz.clone()) => {
+            return Err(format!("order {biz}: its first attempt fails on purpose").into());
+        }
+        Kind::Poison => {
+            let cured: Option<u64> = tx.query_first("SELECT COUNT(*) FROM points_cure")?;
+            if cured.unwrap_or(0) == 0 {
+                return Err(format!("order {biz}: poison until points_cure has a row").into());
+            }
+        }
+        _ => {}
+    }
     tx.exec_drop(
         "INSERT INTO points_credits (biz_no, points, event_key) VALUES (?, ?, ?)",
         (&biz, points_of(&biz), &m.key),
@@ -63,7 +107,8 @@ pub fn consume(db_url: &str, namesrv: &str, topic: &str, group: &str, stats: &st
         std::fs::write(
             &tmp,
             serde_json::json!({"received": s.received, "processed": s.processed, "duplicates": s.duplicates,
-                "dead_lettered": s.dead_lettered, "failed_attempts": s.failed_attempts, "db_errors": s.db_errors})
+                "dead_lettered": s.dead_lettered, "failed_attempts": s.failed_attempts, "db_errors": s.db_errors,
+                "transactions": s.transactions, "batch_fallbacks": s.batch_fallbacks, "replayed": s.replayed})
             .to_string(),
         )?;
         std::fs::rename(tmp, stats)?;
@@ -138,6 +183,8 @@ pub fn points_run(args: &Args) -> Res<bool> {
         "CREATE TABLE points_credits (seq BIGINT AUTO_INCREMENT PRIMARY KEY, biz_no VARCHAR(64) NOT NULL, \
          points BIGINT NOT NULL, event_key VARBINARY(255) NOT NULL, KEY (biz_no))",
     )?;
+    env.conn()?
+        .query_drop("CREATE TABLE points_cure (cured INT NOT NULL)")?;
     let group = format!("{GROUP_PREFIX}_{}", env.group);
     let mut rng = rand::rng();
     let gap = Duration::from_millis(args.kill_gap_ms);
@@ -149,6 +196,10 @@ pub fn points_run(args: &Args) -> Res<bool> {
     }
     let span = (gap * args.kills.max(3) as u32).max(t);
     let broker_at = span.mul_f64(0.4);
+    let (join_at, leave_at) = (span.mul_f64(0.3), span.mul_f64(0.7));
+    let mut joiner: Option<ConsumerProc> = None;
+    let mut joined = false;
+    let mut cure: Option<Instant> = None;
     println!(
         "points service: {} relay(s), {} consumer(s), {} writer(s), {} events over ~{:.0} s; {} kills (relays and consumers), broker kill {}",
         args.instances,
@@ -230,6 +281,22 @@ pub fn points_run(args: &Args) -> Res<bool> {
                 ));
             }
         }
+        if !joined && run_start.elapsed() >= join_at {
+            joined = true;
+            let c = ConsumerProc::spawn(&env, &group, args.consumers, 0)?;
+            logs.push(c.log.clone());
+            println!("  {:>6.1} s  {} joins the group", env.t(), c.id);
+            joiner = Some(c);
+        }
+        if run_start.elapsed() >= leave_at {
+            if let Some(mut c) = joiner.take() {
+                let code = c.stop(Duration::from_secs(30))?;
+                if let Some(f) = c.figures() {
+                    ended.push(f);
+                }
+                println!("  {:>6.1} s  {} left the group (exit {code:?})", env.t(), c.id);
+            }
+        }
         if !broker_done && run_start.elapsed() >= broker_at {
             broker_done = true;
             script(&["kill-broker"])?;
@@ -271,13 +338,55 @@ pub fn points_run(args: &Args) -> Res<bool> {
             );
             last_print = Instant::now();
         }
-        if writers_done
+        let quiet = writers_done
             && plan.is_empty()
             && restarts.is_empty()
             && broker_back.is_none()
-            && rows > 0
-            && credited == rows
-        {
+            && joined
+            && joiner.is_none();
+        let parked: u64 = env
+            .conn()
+            .ok()
+            .and_then(|mut c| {
+                c.query_first("SELECT COUNT(DISTINCT event_key) FROM outbox_inbox_dead_letter")
+                    .ok()
+                    .flatten()
+            })
+            .unwrap_or(0);
+        // Every order credited or parked: cure the poison and replay the parked ones, as an
+        // operator would.
+        if quiet && cure.is_none() && rows > 0 && credited + parked == rows {
+            env.conn()?.query_drop("INSERT INTO points_cure VALUES (1)")?;
+            let out = Command::new(&args.outboxd)
+                .env_remove("OUTBOX_CONFIG")
+                .env("OUTBOX_DB_URL", &env.url)
+                .args([
+                    "dead-letters",
+                    "replay",
+                    "--consumer-group",
+                    &group,
+                    "--all",
+                    "--actor",
+                    "faults",
+                ])
+                .stdin(Stdio::null())
+                .output()?;
+            if !out.status.success() {
+                return Err(format!(
+                    "outboxd dead-letters replay failed ({}): {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                )
+                .into());
+            }
+            println!(
+                "  {:>6.1} s  poison cured; {parked} parked order(s) replayed: {}",
+                env.t(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            );
+            cure = Some(Instant::now());
+        }
+        if quiet && cure.is_some() && rows > 0 && credited == rows && parked == 0 {
             break true;
         }
         if Instant::now() > deadline {
@@ -348,6 +457,13 @@ pub fn points_run(args: &Args) -> Res<bool> {
     let processed: u64 = all_figures.iter().map(|v| field(v, "processed")).sum();
     let duplicates: u64 = all_figures.iter().map(|v| field(v, "duplicates")).sum();
     let db_errors: u64 = all_figures.iter().map(|v| field(v, "db_errors")).sum();
+    let failed_attempts: u64 = all_figures.iter().map(|v| field(v, "failed_attempts")).sum();
+    let dead_lettered: u64 = all_figures.iter().map(|v| field(v, "dead_lettered")).sum();
+    let replayed: u64 = all_figures.iter().map(|v| field(v, "replayed")).sum();
+    let transactions: u64 = all_figures.iter().map(|v| field(v, "transactions")).sum();
+    let fallbacks: u64 = all_figures.iter().map(|v| field(v, "batch_fallbacks")).sum();
+    let flaky = committed.iter().filter(|(b, _)| kind_of(b) == Kind::Flaky).count();
+    let poison = committed.iter().filter(|(b, _)| kind_of(b) == Kind::Poison).count();
 
     println!();
     println!("points service summary");
@@ -371,6 +487,13 @@ pub fn points_run(args: &Args) -> Res<bool> {
     println!("  rows not SUCCESS            {not_sent}");
     println!(
         "  consumers reported: received {received}, processed {processed}, duplicates absorbed {duplicates}, database retries {db_errors}"
+    );
+    println!(
+        "  handler failures on purpose flaky orders {flaky} (fail once per process), poison orders {poison}: failed attempts {failed_attempts}, parked {dead_lettered}, replayed {replayed}"
+    );
+    println!(
+        "  batches                     {transactions} transactions, {:.1} messages each, {fallbacks} rolled back and handled one at a time",
+        (processed + duplicates) as f64 / transactions.max(1) as f64
     );
     println!("    (figures of killed consumers are their last report, up to 200 ms old)");
     let ok = finished
