@@ -2,14 +2,16 @@
 //! publishing them to RocketMQ, and a points service consuming them with the inbox, crediting
 //! points in another schema of the same MariaDB server. On this machine's MariaDB and broker.
 //!
-//! `cargo bench --features rocketmq --bench pipeline [-- --events N] [--secs S] [--only PART]`
+//! `cargo bench --features rocketmq --bench pipeline [-- --events N] [--secs S] [--rounds N] [--only PART]`
 //!
 //! Parts (all by default, in this order; `--only` takes `rates`, `latency`, `sustained`):
 //! - **rates**: one topic filled by the relay's unordered drain of N seeded events (its rate),
 //!   then read from the first offset by consumers of groups of their own: the lite pull consumer
 //!   alone (the raw pull rate), and the consumer runtime with its defaults (inbox on, batches,
 //!   the per-message handler doing one INSERT per message), without the inbox, with one message
-//!   per transaction, and with a batch handler (one multi-row INSERT per batch). Rates come from
+//!   per transaction, and with a batch handler (one multi-row INSERT per batch); the defaults and
+//!   the runtime without the inbox in `--rounds` alternating pairs (default 3), compared by their
+//!   medians. Rates come from
 //!   the database's clock, first row to last (start-up not counted): the relay's from the first
 //!   claim to the last ack, a consumer's from its first credit to its last.
 //! - **latency**: writers commit 1 000 orders/s for S seconds while the relay and the consumer
@@ -270,7 +272,7 @@ fn consume(dbs: &Dbs, topic: &str, n: u64, tag: &str, shape: Shape) -> (f64, Con
     (credits as f64 / secs, stats)
 }
 
-fn rates(n: u64) {
+fn rates(n: u64, rounds: u32) {
     println!("== rates: {n} events, one topic, same run (database clock, start-up not counted)");
     let dbs = Dbs::fresh("rates");
     let t = topic("rates");
@@ -281,67 +283,77 @@ fn rates(n: u64) {
         "  {:<58} {raw:>9.0} msg/s",
         "raw pull (lite pull consumer, no database)"
     );
-    let runs: [(&str, &str, Shape); 6] = [
-        (
-            "consumer defaults (inbox, batches, one INSERT per message)",
-            "defaults",
-            DEFAULTS,
-        ),
-        (
-            "consumer without the inbox",
-            "noinbox",
-            Shape {
-                inbox: false,
-                ..DEFAULTS
-            },
-        ),
-        (
-            "consumer, one message per transaction (batch.max 1)",
-            "single",
-            Shape {
-                batch_max: 1,
-                ..DEFAULTS
-            },
-        ),
-        (
-            "consumer, batch handler (one multi-row INSERT per batch)",
-            "batchh",
-            Shape {
-                batch_handler: true,
-                ..DEFAULTS
-            },
-        ),
-        (
-            "consumer without the inbox, again",
-            "noinbox2",
-            Shape {
-                inbox: false,
-                ..DEFAULTS
-            },
-        ),
-        ("consumer defaults, again", "defaults2", DEFAULTS),
-    ];
-    let mut got = Vec::new();
+    let noinbox = Shape {
+        inbox: false,
+        ..DEFAULTS
+    };
+    // The inbox's cost is a ratio of two rates that each move by ±10 % from one read of the topic
+    // to the next: `rounds` pairs, the order alternating (defaults first, then the other way
+    // round) so that neither side always reads a warmer broker, compared by their medians.
+    let mut runs: Vec<(String, String, Shape)> = Vec::new();
+    for r in 0..rounds {
+        let pair = [
+            (
+                "consumer defaults (inbox, batches, one INSERT per message)",
+                "defaults",
+                DEFAULTS,
+            ),
+            ("consumer without the inbox", "noinbox", noinbox),
+        ];
+        let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let (name, tag, shape) = pair[i];
+            runs.push((format!("{name}, round {}", r + 1), format!("{tag}{r}"), shape));
+        }
+        if r == 0 {
+            runs.push((
+                "consumer, one message per transaction (batch.max 1)".into(),
+                "single".into(),
+                Shape {
+                    batch_max: 1,
+                    ..DEFAULTS
+                },
+            ));
+            runs.push((
+                "consumer, batch handler (one multi-row INSERT per batch)".into(),
+                "batchh".into(),
+                Shape {
+                    batch_handler: true,
+                    ..DEFAULTS
+                },
+            ));
+        }
+    }
+    let mut got: Vec<(String, f64)> = Vec::new();
     for (name, tag, shape) in runs {
-        let (rate, s) = consume(&dbs, &t, n, tag, shape);
+        let (rate, s) = consume(&dbs, &t, n, &tag, shape);
         let per_tx = (s.processed + s.duplicates) as f64 / s.transactions.max(1) as f64;
         println!(
-            "  {name:<58} {rate:>9.0} msg/s  {per_tx:>5.1} msg/tx  fallbacks {}  dups {}",
+            "  {name:<68} {rate:>9.0} msg/s  {per_tx:>5.1} msg/tx  fallbacks {}  dups {}",
             s.batch_fallbacks, s.duplicates
         );
         got.push((tag, rate));
     }
-    let rate = |tags: &[&str]| {
-        let v: Vec<f64> = got.iter().filter(|(t, _)| tags.contains(t)).map(|(_, r)| *r).collect();
-        v.iter().sum::<f64>() / v.len() as f64
+    let median = |prefix: &str| {
+        let mut v: Vec<f64> = got
+            .iter()
+            .filter(|(t, _)| t.strip_prefix(prefix).is_some_and(|r| r.parse::<u32>().is_ok()))
+            .map(|(_, r)| *r)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
     };
-    let (defaults, plain) = (rate(&["defaults", "defaults2"]), rate(&["noinbox", "noinbox2"]));
+    let one = |tag: &str| got.iter().find(|(t, _)| t == tag).map(|(_, r)| *r).unwrap_or(f64::NAN);
+    let (defaults, plain) = (median("defaults"), median("noinbox"));
+    println!(
+        "  medians over {rounds} rounds: consumer defaults {defaults:.0} msg/s, without the inbox {plain:.0} msg/s"
+    );
     println!(
         "  consumer defaults / relay drain: {:.2}x; inbox / no inbox: {:.0} %; batches / one per transaction: {:.1}x; batch handler / relay: {:.2}x",
         defaults / relay,
         100.0 * defaults / plain,
-        defaults / rate(&["single"]),
-        rate(&["batchh"]) / relay
+        defaults / one("single"),
+        one("batchh") / relay
     );
 }
 
@@ -561,17 +573,24 @@ fn sustained(secs: u64) {
 }
 
 fn main() {
-    let (mut n, mut secs, mut only) = (100_000u64, 20u64, Vec::<String>::new());
+    let (mut n, mut secs, mut rounds, mut only) = (100_000u64, 20u64, 3u32, Vec::<String>::new());
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--events" => n = args.next().and_then(|v| v.parse().ok()).expect("--events N"),
             "--secs" => secs = args.next().and_then(|v| v.parse().ok()).expect("--secs S"),
+            "--rounds" => {
+                rounds = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|r| *r >= 1)
+                    .expect("--rounds N (1 or more)")
+            }
             "--only" => only.push(args.next().expect("--only rates|latency|sustained")),
             "--bench" => {}
             other => {
                 eprintln!(
-                    "pipeline bench: unknown argument {other:?} (--events N, --secs S, --only rates|latency|sustained)"
+                    "pipeline bench: unknown argument {other:?} (--events N, --secs S, --rounds N, --only rates|latency|sustained)"
                 );
                 std::process::exit(2);
             }
@@ -579,7 +598,7 @@ fn main() {
     }
     let part = |p: &str| only.is_empty() || only.iter().any(|o| o == p);
     if part("rates") {
-        rates(n);
+        rates(n, rounds);
     }
     if part("latency") {
         latency(secs);
