@@ -198,11 +198,27 @@ mod tests {
         None
     }
 
+    /// A directory of the test's own under the temp dir, removed when the test ends, passed or not.
+    struct TempDir(std::path::PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     #[test]
     fn env_overrides_file_and_flags_override_env() {
-        let dir = std::env::temp_dir().join(format!("outboxd-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("o.toml");
+        let dir = TempDir::new("outboxd-test");
+        let f = dir.0.join("o.toml");
         std::fs::write(
             &f,
             "db.url = \"mysql://root@127.0.0.1/x\"\n[scan]\ninterval.ms = 200\n[batch]\nsize = 7\n",
@@ -243,9 +259,8 @@ mod tests {
 
     #[test]
     fn the_seed_profile_is_applied_first_and_later_keys_override_it() {
-        let dir = std::env::temp_dir().join(format!("outboxd-profile-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("o.toml");
+        let dir = TempDir::new("outboxd-profile");
+        let f = dir.0.join("o.toml");
         // Sorted, "batch.size" comes before "profile" in the file: it still overrides the profile.
         std::fs::write(
             &f,
