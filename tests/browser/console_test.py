@@ -29,9 +29,12 @@ import urllib.parse
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 OUTBOXD = os.environ.get("OUTBOXD", "target/debug/outboxd")
@@ -72,6 +75,21 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def gone(element):
+    """Whether the page holding `element` has been replaced. Selenium's staleness_of knows only
+    StaleElementReferenceException; during the navigation chromedriver may instead answer "Node
+    with given id does not belong to the document", which says the same."""
+    try:
+        element.is_enabled()
+        return False
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as e:
+        if "does not belong to the document" in (e.msg or ""):
+            return True
+        raise
 
 
 class Console(unittest.TestCase):
@@ -214,7 +232,7 @@ class Console(unittest.TestCase):
         """Clicks a button or link and waits for the page it leads to."""
         old = self.browser.find_element(By.TAG_NAME, "html")
         self.browser.find_element(by, css).click()
-        WebDriverWait(self.browser, WAIT_S).until(ec.staleness_of(old))
+        WebDriverWait(self.browser, WAIT_S).until(lambda _: gone(old))
         self.assert_clean("after " + css)
 
     def text(self):
