@@ -298,10 +298,12 @@ impl Env {
     }
 
     fn count(&self, cond: &str) -> Res<u64> {
-        Ok(self
-            .conn()?
-            .query_first(format!("SELECT COUNT(*) FROM t_event_record WHERE {cond}"))?
-            .unwrap_or(0))
+        self.scalar(&format!("SELECT COUNT(*) FROM t_event_record WHERE {cond}"))
+    }
+
+    /// The one number `sql` selects (0 for no row).
+    fn scalar(&self, sql: &str) -> Res<u64> {
+        Ok(self.conn()?.query_first(sql)?.unwrap_or(0))
     }
 
     fn ids(&self, cond: &str) -> Res<Vec<u64>> {

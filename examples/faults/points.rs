@@ -199,7 +199,7 @@ pub fn points_run(args: &Args) -> Res<bool> {
     let (join_at, leave_at) = (span.mul_f64(0.3), span.mul_f64(0.7));
     let mut joiner: Option<ConsumerProc> = None;
     let mut joined = false;
-    let mut cure: Option<Instant> = None;
+    let mut cured = false;
     println!(
         "points service: {} relay(s), {} consumer(s), {} writer(s), {} events over ~{:.0} s; {} kills (relays and consumers), broker kill {}",
         args.instances,
@@ -320,14 +320,8 @@ pub fn points_run(args: &Args) -> Res<bool> {
         let writers_done = writers.handles.iter().all(|h| h.is_finished());
         let rows: u64 = env.count("1").unwrap_or(0);
         let sent: u64 = env.count("status = 'SUCCESS'").unwrap_or(0);
-        let credited: u64 = env
-            .conn()
-            .ok()
-            .and_then(|mut c| {
-                c.query_first("SELECT COUNT(DISTINCT biz_no) FROM points_credits")
-                    .ok()
-                    .flatten()
-            })
+        let credited = env
+            .scalar("SELECT COUNT(DISTINCT biz_no) FROM points_credits")
             .unwrap_or(0);
         if last_print.elapsed() >= Duration::from_secs(2) {
             println!(
@@ -344,18 +338,16 @@ pub fn points_run(args: &Args) -> Res<bool> {
             && broker_back.is_none()
             && joined
             && joiner.is_none();
-        let parked: u64 = env
-            .conn()
-            .ok()
-            .and_then(|mut c| {
-                c.query_first("SELECT COUNT(DISTINCT event_key) FROM outbox_inbox_dead_letter")
-                    .ok()
-                    .flatten()
-            })
-            .unwrap_or(0);
+        // Orders parked in the dead letters (asked only once the run is quiet).
+        let parked = if quiet {
+            env.scalar("SELECT COUNT(DISTINCT event_key) FROM outbox_inbox_dead_letter")
+                .unwrap_or(0)
+        } else {
+            0
+        };
         // Every order credited or parked: cure the poison and replay the parked ones, as an
         // operator would.
-        if quiet && cure.is_none() && rows > 0 && credited + parked == rows {
+        if quiet && !cured && rows > 0 && credited + parked == rows {
             env.conn()?.query_drop("INSERT INTO points_cure VALUES (1)")?;
             let out = Command::new(&args.outboxd)
                 .env_remove("OUTBOX_CONFIG")
@@ -384,9 +376,9 @@ pub fn points_run(args: &Args) -> Res<bool> {
                 env.t(),
                 String::from_utf8_lossy(&out.stdout).trim()
             );
-            cure = Some(Instant::now());
+            cured = true;
         }
-        if quiet && cure.is_some() && rows > 0 && credited == rows && parked == 0 {
+        if quiet && cured && rows > 0 && credited == rows && parked == 0 {
             break true;
         }
         if Instant::now() > deadline {
@@ -453,15 +445,17 @@ pub fn points_run(args: &Args) -> Res<bool> {
     let not_sent = committed.iter().filter(|(_, s)| s != "SUCCESS").count();
     let field = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
     let all_figures: Vec<&serde_json::Value> = ended.iter().chain(live.iter()).collect();
-    let received: u64 = all_figures.iter().map(|v| field(v, "received")).sum();
-    let processed: u64 = all_figures.iter().map(|v| field(v, "processed")).sum();
-    let duplicates: u64 = all_figures.iter().map(|v| field(v, "duplicates")).sum();
-    let db_errors: u64 = all_figures.iter().map(|v| field(v, "db_errors")).sum();
-    let failed_attempts: u64 = all_figures.iter().map(|v| field(v, "failed_attempts")).sum();
-    let dead_lettered: u64 = all_figures.iter().map(|v| field(v, "dead_lettered")).sum();
-    let replayed: u64 = all_figures.iter().map(|v| field(v, "replayed")).sum();
-    let transactions: u64 = all_figures.iter().map(|v| field(v, "transactions")).sum();
-    let fallbacks: u64 = all_figures.iter().map(|v| field(v, "batch_fallbacks")).sum();
+    // A figure summed over every consumer incarnation.
+    let total = |k: &str| -> u64 { all_figures.iter().map(|v| field(v, k)).sum() };
+    let received = total("received");
+    let processed = total("processed");
+    let duplicates = total("duplicates");
+    let db_errors = total("db_errors");
+    let failed_attempts = total("failed_attempts");
+    let dead_lettered = total("dead_lettered");
+    let replayed = total("replayed");
+    let transactions = total("transactions");
+    let fallbacks = total("batch_fallbacks");
     let flaky = committed.iter().filter(|(b, _)| kind_of(b) == Kind::Flaky).count();
     let poison = committed.iter().filter(|(b, _)| kind_of(b) == Kind::Poison).count();
 
