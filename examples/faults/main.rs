@@ -1396,6 +1396,16 @@ fn stale_claim(args: &Args) -> Res<bool> {
         }
         let before_token: HashMap<u64, Option<u64>> =
             row_states(&env, &p)?.into_iter().map(|(id, s)| (id, s.2)).collect();
+        // A's leases as the database keeps them (claimed_at, moved on by each renewal).
+        let id_list = p.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+        let a_claimed: HashMap<u64, String> = env
+            .conn()?
+            .query_map(
+                format!("SELECT id, CAST(claimed_at AS CHAR) FROM t_event_record WHERE id IN ({id_list})"),
+                |(id, at): (u64, String)| (id, at),
+            )?
+            .into_iter()
+            .collect();
         println!(
             "cycle {cycle}: A (pid {}) paused with SIGSTOP holding {} SENDING rows",
             a.pid(),
@@ -1430,9 +1440,25 @@ fn stale_claim(args: &Args) -> Res<bool> {
             paused_for.as_secs_f64(),
             lease.as_secs_f64()
         );
-        if paused_for <= lease {
+        // B may take a row only once A's lease on it has run out, by the database's clock: its
+        // claim at or after A's claimed_at plus the lease (a row with no claim time fails too).
+        // The pause itself may be shorter than a lease: A claimed or renewed the rows before it
+        // began.
+        let mut conn = env.conn()?;
+        let mut early = Vec::new();
+        for (id, a_at) in &a_claimed {
+            let taken_early: Option<u64> = conn.exec_first(
+                "SELECT id FROM t_event_record WHERE id = ? \
+                 AND (claimed_at IS NULL OR claimed_at < TIMESTAMPADD(MICROSECOND, ?, CAST(? AS DATETIME(3))))",
+                (id, lease.as_micros() as u64, a_at),
+            )?;
+            early.extend(taken_early);
+        }
+        if !early.is_empty() {
             violations.push(format!(
-                "cycle {cycle}: the pause ({paused_for:?}) did not outlast the lease"
+                "cycle {cycle}: B claimed {} of A's rows before A's lease on them ran out (ids {:?})",
+                early.len(),
+                &early[..early.len().min(5)]
             ));
         }
         // Resume A: its late acks (and releases) must change nothing.
