@@ -35,7 +35,6 @@ use mysql::prelude::Queryable;
 use mysql::{IsolationLevel, Pool, Transaction, TxOpts};
 
 use crate::error::{Error, Result};
-use crate::sql::bytes_lit;
 
 /// The inbox table's default name (the one `migrations/V8__create_outbox_inbox.sql` creates).
 pub const DEFAULT_TABLE: &str = crate::config::DEFAULT_INBOX_TABLE;
@@ -131,8 +130,8 @@ impl Inbox {
     /// (up to `innodb_lock_wait_timeout`, then a retriable error 1205): a commit makes this a
     /// duplicate, a rollback lets this mark the key.
     pub fn mark(&self, tx: &mut Transaction<'_>, group: &str, key: &str, meta: &MessageMeta) -> Result<bool> {
-        let sql = self.mark_sql(group, key, meta)?;
-        match tx.query_drop(sql) {
+        let params = mark_params(group, key, meta)?;
+        match tx.exec_drop(self.mark_statement(1, false, false), params.to_vec()) {
             Ok(()) => Ok(true),
             Err(mysql::Error::MySqlError(e)) if e.code == ER_DUP_ENTRY => Ok(false),
             Err(e) => Err(e.into()),
@@ -169,12 +168,13 @@ impl Inbox {
     pub fn is_processed<Q: Queryable>(&self, q: &mut Q, group: &str, key: &str) -> Result<bool> {
         check_group(group)?;
         check_key(key)?;
-        let found: Option<u8> = q.query_first(format!(
-            "SELECT 1 FROM {} WHERE consumer_group = {} AND event_key = {}",
-            self.table,
-            bytes_lit(group.as_bytes()),
-            bytes_lit(key.as_bytes())
-        ))?;
+        let found: Option<u8> = q.exec_first(
+            format!(
+                "SELECT 1 FROM {} WHERE consumer_group = ? AND event_key = ?",
+                self.table
+            ),
+            (group, key.as_bytes()),
+        )?;
         Ok(found.is_some())
     }
 
@@ -211,20 +211,15 @@ impl Inbox {
             }
         }
         first.sort_by(|a, b| items[*a].0.as_bytes().cmp(items[*b].0.as_bytes()));
-        let mut values = Vec::with_capacity(first.len());
+        let mut params = Vec::with_capacity(first.len() * MARK_PARAMS);
         for &i in &first {
-            values.push(self.mark_values(group, items[i].0, &items[i].1)?);
+            params.extend(mark_params(group, items[i].0, &items[i].1)?);
         }
-        let sql = format!(
-            "INSERT IGNORE INTO {} {MARK_COLUMNS} VALUES {}{}",
-            self.table,
-            values.join(", "),
-            if returning { " RETURNING event_key" } else { "" }
-        );
+        let sql = self.mark_statement(first.len(), true, returning);
         let new: std::collections::HashSet<Vec<u8>> = if returning {
-            tx.query::<Vec<u8>, _>(sql)?.into_iter().collect()
+            tx.exec::<Vec<u8>, _, _>(sql, params)?.into_iter().collect()
         } else {
-            tx.query_drop(sql)?;
+            tx.exec_drop(sql, params)?;
             if tx.affected_rows() != first.len() as u64 {
                 return Ok(None);
             }
@@ -237,62 +232,75 @@ impl Inbox {
         Ok(Some(out))
     }
 
-    /// The INSERT of one mark, every value a hex literal (nothing the caller passes can escape).
-    fn mark_sql(&self, group: &str, key: &str, meta: &MessageMeta) -> Result<String> {
-        Ok(format!(
-            "INSERT INTO {} {MARK_COLUMNS} VALUES {}",
-            self.table,
-            self.mark_values(group, key, meta)?
-        ))
-    }
-
-    /// One mark's `(...)` of values, after checking each one.
-    fn mark_values(&self, group: &str, key: &str, meta: &MessageMeta) -> Result<String> {
-        check_group(group)?;
-        check_key(key)?;
-        if let Some(topic) = &meta.topic {
-            if topic.chars().count() > crate::event::MAX_TOPIC_CHARS {
-                return Err(invalid(
-                    "topic",
-                    format!(
-                        "{:?} is {} characters, longer than the {} a topic can be",
-                        shorten(topic),
-                        topic.chars().count(),
-                        crate::event::MAX_TOPIC_CHARS
-                    ),
-                ));
+    /// The INSERT of `rows` marks, every value a parameter ([`mark_params`]): a prepared
+    /// statement, which the connection keeps (the mysql crate caches them per connection, by
+    /// text), so a batch size seen before is sent as values alone, not as SQL to parse again.
+    /// (benches/README.md, "The inbox's cost").
+    fn mark_statement(&self, rows: usize, ignore: bool, returning: bool) -> String {
+        let mut sql = format!(
+            "INSERT {}INTO {} {MARK_COLUMNS} VALUES ",
+            if ignore { "IGNORE " } else { "" },
+            self.table
+        );
+        for i in 0..rows {
+            if i > 0 {
+                sql.push_str(", ");
             }
+            sql.push_str(MARK_ROW);
         }
-        if let Some(id) = &meta.msg_id {
-            if id.chars().count() > MAX_MSG_ID_CHARS {
-                return Err(invalid(
-                    "msg_id",
-                    format!(
-                        "{:?} is {} characters, longer than the {MAX_MSG_ID_CHARS} the inbox keeps",
-                        shorten(id),
-                        id.chars().count()
-                    ),
-                ));
-            }
+        if returning {
+            sql.push_str(" RETURNING event_key");
         }
-        let num = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "NULL".into());
-        // Text as plain hex literals: the bytes of a Rust string are valid UTF-8, which the
-        // utf8mb4 columns take as they are (a `CONVERT` per value costs the batch ~15 %).
-        let text = |v: Option<&str>| v.map_or_else(|| "NULL".to_string(), |s| bytes_lit(s.as_bytes()));
-        Ok(format!(
-            "({}, {}, {}, {}, {}, {}, NOW(3))",
-            bytes_lit(group.as_bytes()),
-            bytes_lit(key.as_bytes()),
-            text(meta.topic.as_deref()),
-            num(meta.queue_id.map(u64::from)),
-            num(meta.queue_offset),
-            text(meta.msg_id.as_deref()),
-        ))
+        sql
     }
 }
 
-/// The columns a mark sets, in the order of [`Inbox::mark_values`].
+/// One mark's values, in the order of [`MARK_COLUMNS`], after checking each one (the bad value
+/// named in the error, nothing sent).
+fn mark_params(group: &str, key: &str, meta: &MessageMeta) -> Result<[mysql::Value; MARK_PARAMS]> {
+    check_group(group)?;
+    check_key(key)?;
+    if let Some(topic) = &meta.topic {
+        if topic.chars().count() > crate::event::MAX_TOPIC_CHARS {
+            return Err(invalid(
+                "topic",
+                format!(
+                    "{:?} is {} characters, longer than the {} a topic can be",
+                    shorten(topic),
+                    topic.chars().count(),
+                    crate::event::MAX_TOPIC_CHARS
+                ),
+            ));
+        }
+    }
+    if let Some(id) = &meta.msg_id {
+        if id.chars().count() > MAX_MSG_ID_CHARS {
+            return Err(invalid(
+                "msg_id",
+                format!(
+                    "{:?} is {} characters, longer than the {MAX_MSG_ID_CHARS} the inbox keeps",
+                    shorten(id),
+                    id.chars().count()
+                ),
+            ));
+        }
+    }
+    Ok([
+        group.into(),
+        key.as_bytes().into(),
+        meta.topic.as_deref().into(),
+        meta.queue_id.into(),
+        meta.queue_offset.into(),
+        meta.msg_id.as_deref().into(),
+    ])
+}
+
+/// The columns a mark sets: the values of [`mark_params`], then the database's clock.
 const MARK_COLUMNS: &str = "(consumer_group, event_key, topic, queue_id, queue_offset, msg_id, processed_at)";
+/// One mark's row of placeholders in [`Inbox::mark_statement`].
+const MARK_ROW: &str = "(?, ?, ?, ?, ?, ?, NOW(3))";
+/// The parameters of one mark.
+const MARK_PARAMS: usize = 6;
 
 /// Whether the server behind `conn` has `INSERT ... RETURNING` (MariaDB 10.5 and later; MySQL
 /// has none): what [`Inbox::mark_many`] learns new keys by.
@@ -457,47 +465,54 @@ mod tests {
 
     #[test]
     fn bad_groups_and_keys_are_refused_with_their_value() {
-        let inbox = Inbox::default();
         let m = MessageMeta::default();
-        let e = inbox.mark_sql("", "k", &m).unwrap_err().to_string();
+        let e = mark_params("", "k", &m).unwrap_err().to_string();
         assert!(e.contains("consumer_group") && e.contains("empty"), "{e}");
-        let e = inbox.mark_sql("points group", "k", &m).unwrap_err().to_string();
+        let e = mark_params("points group", "k", &m).unwrap_err().to_string();
         assert!(e.contains("consumer_group") && e.contains("\"points group\""), "{e}");
-        let e = inbox.mark_sql(&"g".repeat(256), "k", &m).unwrap_err().to_string();
+        let e = mark_params(&"g".repeat(256), "k", &m).unwrap_err().to_string();
         assert!(e.contains("consumer_group"), "{e}");
-        let e = inbox.mark_sql("points", "", &m).unwrap_err().to_string();
+        let e = mark_params("points", "", &m).unwrap_err().to_string();
         assert!(e.contains("event_key") && e.contains("empty"), "{e}");
-        let e = inbox.mark_sql("points", &"k".repeat(256), &m).unwrap_err().to_string();
+        let e = mark_params("points", &"k".repeat(256), &m).unwrap_err().to_string();
         assert!(
             e.contains("event_key") && e.contains("256 bytes") && e.contains("255"),
             "{e}"
         );
-        assert!(inbox.mark_sql("points", &"k".repeat(255), &m).is_ok());
+        assert!(mark_params("points", &"k".repeat(255), &m).is_ok());
         let long_topic = MessageMeta {
             topic: Some("t".repeat(128)),
             ..MessageMeta::default()
         };
-        let e = inbox.mark_sql("points", "k", &long_topic).unwrap_err().to_string();
+        let e = mark_params("points", "k", &long_topic).unwrap_err().to_string();
         assert!(e.contains("topic") && e.contains("128 characters"), "{e}");
         let long_id = MessageMeta {
             msg_id: Some("m".repeat(129)),
             ..MessageMeta::default()
         };
-        let e = inbox.mark_sql("points", "k", &long_id).unwrap_err().to_string();
+        let e = mark_params("points", "k", &long_id).unwrap_err().to_string();
         assert!(e.contains("msg_id"), "{e}");
     }
 
     #[test]
-    fn values_are_hex_literals_so_nothing_can_escape() {
+    fn values_are_parameters_so_nothing_can_escape() {
+        let inbox = Inbox::default();
         let meta = MessageMeta {
             topic: Some("T'; DROP TABLE x; --".into()),
             queue_id: Some(3),
             queue_offset: Some(42),
             msg_id: None,
         };
-        let sql = Inbox::default().mark_sql("g", "k' OR 1=1 --", &meta).unwrap();
-        assert!(!sql.contains("DROP") && !sql.contains("OR 1=1"), "{sql}");
-        assert!(sql.contains("X'67'") && sql.contains(", 3, 42, NULL, NOW(3))"), "{sql}");
+        let params = mark_params("g", "k' OR 1=1 --", &meta).unwrap();
+        assert_eq!(params[1], mysql::Value::Bytes(b"k' OR 1=1 --".to_vec()));
+        assert_eq!(params[2], mysql::Value::Bytes(b"T'; DROP TABLE x; --".to_vec()));
+        assert_eq!(params[5], mysql::Value::NULL);
+        assert_eq!(
+            inbox.mark_statement(2, true, true),
+            "INSERT IGNORE INTO outbox_inbox (consumer_group, event_key, topic, queue_id, queue_offset, msg_id, processed_at) \
+             VALUES (?, ?, ?, ?, ?, ?, NOW(3)), (?, ?, ?, ?, ?, ?, NOW(3)) RETURNING event_key"
+        );
+        assert_eq!(inbox.mark_statement(1, false, false).matches('?').count(), MARK_PARAMS);
     }
 
     #[test]

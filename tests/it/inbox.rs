@@ -695,6 +695,49 @@ fn a_batch_of_marks_learns_which_keys_are_new_in_one_statement() {
     assert_eq!(marks(&db, "outbox_inbox"), 6);
 }
 
+#[test]
+fn marks_keep_every_value_byte_for_byte_whatever_it_holds() {
+    let db = TestDb::new("inbox_bytes");
+    let inbox = Inbox::default();
+    let keys = [
+        "it's",
+        "back\\slash",
+        "tab\tkey",
+        "points 🎉",
+        "nul\0byte",
+        "' OR 1=1 --",
+    ];
+    let meta = |i: usize| MessageMeta {
+        topic: Some(format!("T'{i}\\")),
+        queue_id: Some(i as u32),
+        queue_offset: Some(u64::MAX - i as u64),
+        msg_id: Some(format!("m\"{i}")),
+    };
+    let mut conn = db.conn();
+    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+    // One through the single mark, the rest through a batch.
+    assert!(inbox.mark(&mut tx, GROUP, keys[0], &meta(0)).unwrap());
+    let items: Vec<(&str, MessageMeta)> = keys.iter().enumerate().map(|(i, k)| (*k, meta(i))).collect();
+    let out = inbox.mark_many(&mut tx, GROUP, &items, true).unwrap().unwrap();
+    assert_eq!(out, vec![false, true, true, true, true, true]);
+    tx.commit().unwrap();
+    type Row = (Vec<u8>, String, u32, u64, String);
+    let rows: Vec<Row> = conn
+        .query("SELECT event_key, topic, queue_id, queue_offset, msg_id FROM outbox_inbox ORDER BY queue_id")
+        .unwrap();
+    assert_eq!(rows.len(), keys.len());
+    for (i, (key, topic, queue, offset, msg_id)) in rows.into_iter().enumerate() {
+        let m = meta(i);
+        assert_eq!(key, keys[i].as_bytes(), "key {i}");
+        assert_eq!(Some(topic), m.topic);
+        assert_eq!((Some(queue), Some(offset)), (m.queue_id, m.queue_offset));
+        assert_eq!(Some(msg_id), m.msg_id);
+        assert!(inbox.is_processed(&mut conn, GROUP, keys[i]).unwrap(), "key {i}");
+    }
+    assert!(!inbox.is_processed(&mut conn, GROUP, "it'S").unwrap());
+    assert_eq!(marks(&db, "outbox_inbox"), keys.len() as u64);
+}
+
 /// A batch holding a key another transaction marked but has not committed waits for it, then
 /// counts the key new or not by that transaction's outcome, like one mark does.
 fn a_batch_and_a_copy_at_once(first_commits: bool) -> Vec<bool> {
