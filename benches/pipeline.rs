@@ -2,10 +2,12 @@
 //! publishing them to RocketMQ, and a points service consuming them with the inbox, crediting
 //! points in another schema of the same MariaDB server. On this machine's MariaDB and broker.
 //!
-//! `cargo bench --features rocketmq --bench pipeline [-- --events N] [--secs S] [--rounds N] [--only PART]`
+//! `cargo bench --features rocketmq --bench pipeline [-- --events N] [--secs S] [--rounds N] [--writers N] [--only PART]`
 //!
 //! Parts (all by default, in this order; `--only` takes `rates`, `latency`, `sustained`):
-//! - **rates**: one topic filled by the relay's unordered drain of N seeded events (its rate),
+//! - **rates**: one topic filled by the relay's unordered drain of N seeded events (default
+//!   400 000: each consumer's run then lasts ~10 s; at 100 000 a run of 2–3 s moved the inbox's
+//!   ratio by ±6 points from round to round) (its rate),
 //!   then read from the first offset by consumers of groups of their own: the lite pull consumer
 //!   alone (the raw pull rate), and the consumer runtime with its defaults (inbox on, batches,
 //!   the per-message handler doing one INSERT per message), without the inbox, with one message
@@ -17,10 +19,11 @@
 //! - **latency**: writers commit 1 000 orders/s for S seconds while the relay and the consumer
 //!   run; commit → credited per order is the credit's time minus the order's (both the database
 //!   clock), p50 and p99, unordered and with `ordering = per-biz-no`.
-//! - **sustained**: 16 writers at rising offered rates (and flat out) for S seconds each; the
-//!   highest rate at which the consumer's lag (orders committed and not yet credited) stays
-//!   bounded: no growth over the second half of the run and caught up within 5 s of the last
-//!   commit.
+//! - **sustained**: N writers (default 32) at rising offered rates (and flat out) for S seconds
+//!   each; the highest rate at which the pipeline's lag (orders committed and not yet credited)
+//!   stays bounded: no growth over the second half of the run and caught up within 5 s of the last
+//!   commit. Each line also says how much of the largest lag was not yet sent by the relay (the
+//!   rest was sent and not yet credited) and the relay's events per claim round and per send.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -518,32 +521,38 @@ fn latency(secs: u64) {
     }
 }
 
-/// Writers of the sustained part: an order service's request threads, each committing one order
-/// with its event per transaction (the database's group commit is what lets many of them
-/// commit more per second than a few).
-const SUSTAINED_WRITERS: usize = 16;
+/// Writers of the sustained part by default (`--writers N`): an order service's request threads,
+/// each committing one order with its event per transaction (the database's group commit is what
+/// lets many of them commit more per second than a few).
+const SUSTAINED_WRITERS: usize = 32;
 
-fn sustained(secs: u64) {
-    println!("== sustained: offered rate for {secs} s each, {SUSTAINED_WRITERS} writers; lag = committed - credited");
+fn sustained(secs: u64, writers: usize) {
+    println!("== sustained: offered rate for {secs} s each, {writers} writers; lag = committed - credited");
     let mut best = 0.0f64;
-    for rate in [2000u64, 4000, 6000, 8000, 0] {
+    for rate in [2000u64, 4000, 5000, 6000, 0] {
         let p = Pipeline::start(&format!("sus{rate}"), false);
         let (stop, committed) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         let started = Instant::now();
         let writers = start_writers(
             p.relay.clone(),
             p.service_pool(),
-            SUSTAINED_WRITERS,
+            writers,
             rate,
             None,
             stop.clone(),
             committed.clone(),
         );
-        let mut samples: Vec<(f64, u64)> = Vec::new();
+        // (seconds, lag, the part of it not yet sent by the relay)
+        let mut samples: Vec<(f64, u64, u64)> = Vec::new();
         while started.elapsed() < Duration::from_secs(secs) {
             std::thread::sleep(Duration::from_millis(500));
             let c = committed.load(Relaxed);
-            samples.push((started.elapsed().as_secs_f64(), c.saturating_sub(p.credited())));
+            let sent = p.relay.counters().sent;
+            samples.push((
+                started.elapsed().as_secs_f64(),
+                c.saturating_sub(p.credited()),
+                c.saturating_sub(sent),
+            ));
         }
         stop.store(true, Relaxed);
         writers.into_iter().for_each(|w| w.join().unwrap());
@@ -555,15 +564,22 @@ fn sustained(secs: u64) {
         let half = samples.len() / 2;
         let max_first = samples[..half].iter().map(|s| s.1).max().unwrap_or(0);
         let max_second = samples[half..].iter().map(|s| s.1).max().unwrap_or(0);
+        // Where the lag sits at its largest in the second half: not yet sent, or sent and not
+        // yet credited.
+        let at_max = samples[half..].iter().max_by_key(|s| s.1).copied().unwrap_or_default();
         let achieved = n as f64 / write_secs;
+        let r = p.relay.counters();
+        let per_round = r.claimed as f64 / r.claim_rounds.max(1) as f64;
+        let per_call = r.sent as f64 / r.publish_calls.max(1) as f64;
         // Bounded: no growth over the second half (beyond a second of noise), caught up soon.
         let bounded = caught_up && catch_up <= 5.0 && max_second as f64 <= (max_first as f64).max(achieved);
         if bounded {
             best = best.max(achieved);
         }
         println!(
-            "  offered {:>10}  committed {achieved:>7.0}/s  max lag {max_first:>6} then {max_second:>6}  caught up {:>5.2} s after  {}",
+            "  offered {:>10}  committed {achieved:>7.0}/s  max lag {max_first:>6} then {max_second:>6} (unsent {:>6})  caught up {:>5.2} s after  {}  relay: {per_round:.0}/round {per_call:.0}/send",
             if rate == 0 { "flat out".to_string() } else { format!("{rate}/s") },
+            at_max.2.min(at_max.1),
             catch_up,
             if bounded { "bounded" } else { "NOT bounded" }
         );
@@ -573,7 +589,8 @@ fn sustained(secs: u64) {
 }
 
 fn main() {
-    let (mut n, mut secs, mut rounds, mut only) = (100_000u64, 20u64, 3u32, Vec::<String>::new());
+    let (mut n, mut secs, mut rounds, mut only) = (400_000u64, 20u64, 3u32, Vec::<String>::new());
+    let mut writers = SUSTAINED_WRITERS;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -586,11 +603,18 @@ fn main() {
                     .filter(|r| *r >= 1)
                     .expect("--rounds N (1 or more)")
             }
+            "--writers" => {
+                writers = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|w| *w >= 1)
+                    .expect("--writers N (1 or more)")
+            }
             "--only" => only.push(args.next().expect("--only rates|latency|sustained")),
             "--bench" => {}
             other => {
                 eprintln!(
-                    "pipeline bench: unknown argument {other:?} (--events N, --secs S, --rounds N, --only rates|latency|sustained)"
+                    "pipeline bench: unknown argument {other:?} (--events N, --secs S, --rounds N, --writers N, --only rates|latency|sustained)"
                 );
                 std::process::exit(2);
             }
@@ -604,6 +628,6 @@ fn main() {
         latency(secs);
     }
     if part("sustained") {
-        sustained(secs);
+        sustained(secs, writers);
     }
 }
