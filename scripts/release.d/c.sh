@@ -1,8 +1,9 @@
 # C users: outbox-<version>-linux-x86_64.tar.gz, a prefix to unpack anywhere (or into /usr/local):
 #
 #   include/outbox.h
-#   lib/liboutbox.so -> liboutbox.so.<soversion> -> liboutbox.so.<version>   (stripped, soname set)
-#   lib/liboutbox.a                                                        (no debug info of ours)
+#   lib/liboutbox.so -> liboutbox.so.<soversion> -> liboutbox.so.<version>   (stripped, soname set,
+#                                                          the dist profile: fat LTO, Cargo.toml)
+#   lib/liboutbox.a                                  (the release profile, no debug info of ours)
 #   lib/pkgconfig/outbox.pc          -loutbox; --static adds the system libraries liboutbox.a needs
 #   lib/pkgconfig/outbox-static.pc   liboutbox.a and those system libraries: no liboutbox at run time
 #   share/doc/outbox/LICENSE
@@ -36,16 +37,20 @@ release_c() {
     soversion=$(c_soversion "$version")
     name="outbox-$version-linux-x86_64"
     apt_install patchelf binutils
-    say "cargo build --release --lib --features rocketmq (into $OUTBOX_RELEASE_TARGET)"
+    # The static archive with the release profile (the Go module's build, shared), the shared
+    # library alone with the dist profile (fat LTO: a third smaller; LTO would grow the archive).
+    say "cargo build --release --lib --features rocketmq (into $OUTBOX_RELEASE_TARGET): liboutbox.a"
     CARGO_TARGET_DIR="$OUTBOX_RELEASE_TARGET" cargo build --release --lib --features rocketmq
     built="$OUTBOX_RELEASE_TARGET/release"
+    say "cargo rustc --profile dist --lib --crate-type cdylib --features rocketmq: liboutbox.so"
+    CARGO_TARGET_DIR="$OUTBOX_RELEASE_TARGET" cargo rustc --profile dist --lib --crate-type cdylib --features rocketmq
 
     stage=$(mktemp -d)
     root="$stage/$name"
     mkdir -p "$root/include" "$root/lib/pkgconfig" "$root/share/doc/outbox"
     cp include/outbox.h "$root/include/"
     # Copied at once: the uplifted files are replaced by any later build in the same target dir.
-    strip --strip-unneeded -o "$root/lib/liboutbox.so.$version" "$built/liboutbox.so"
+    strip --strip-unneeded -o "$root/lib/liboutbox.so.$version" "$OUTBOX_RELEASE_TARGET/dist/liboutbox.so"
     # The archive as built: the profile leaves out our debug info, and strip --strip-debug would
     # only take the standard library's line tables (5 MB) while growing the archive's layout.
     cp "$built/liboutbox.a" "$root/lib/liboutbox.a"
@@ -105,10 +110,11 @@ PC
 # liboutbox.so/.a of the release builds sharing $OUTBOX_RELEASE_TARGET.
 c_core_sizes() {
     local target="$OUTBOX_RELEASE_TARGET/core" tmp
-    say "cargo build --release --lib (no features, into $target): sizes only"
+    say "cargo build --release / rustc --profile dist --lib (no features, into $target): sizes only"
     CARGO_TARGET_DIR="$target" cargo build --release --lib
+    CARGO_TARGET_DIR="$target" cargo rustc --profile dist --lib --crate-type cdylib
     tmp=$(mktemp -d)
-    strip --strip-unneeded -o "$tmp/liboutbox.so" "$target/release/liboutbox.so"
+    strip --strip-unneeded -o "$tmp/liboutbox.so" "$target/dist/liboutbox.so"
     cp "$target/release/liboutbox.a" "$tmp/liboutbox.a"
     {
         echo "liboutbox.so(core) $(stat -c %s "$tmp/liboutbox.so")"

@@ -1,7 +1,8 @@
 # outboxd as a Debian package (cargo deb, [package.metadata.deb] in Cargo.toml; the unit, the
 # maintainer scripts and README.Debian in packaging/deb/):
 #
-#   /usr/bin/outboxd                          --features rocketmq,daemon (and otlp when it exists)
+#   /usr/bin/outboxd                          --features rocketmq,daemon (and otlp when it exists),
+#                                             the dist profile (fat LTO: Cargo.toml)
 #   /etc/outbox/outboxd.toml                  conffile, root:outbox 0640 (a statoverride), every
 #                                             key commented out at its default
 #   /lib/systemd/system/outboxd.service       as the user outbox, hardened; not enabled or started
@@ -33,9 +34,9 @@ release_deb() {
         cargo install cargo-deb --locked
     fi
     apt_install dpkg-dev
-    say "cargo build --release --bin outboxd --features $features (into $OUTBOX_RELEASE_TARGET)"
-    CARGO_TARGET_DIR="$OUTBOX_RELEASE_TARGET" cargo build --release --bin outboxd --features "$features"
-    built="$OUTBOX_RELEASE_TARGET/release"
+    say "cargo build --profile dist --bin outboxd --features $features (into $OUTBOX_RELEASE_TARGET)"
+    CARGO_TARGET_DIR="$OUTBOX_RELEASE_TARGET" cargo build --profile dist --bin outboxd --features "$features"
+    built="$OUTBOX_RELEASE_TARGET/dist"
 
     # The conffile: the binary's own example (every key, its default and meaning), each setting
     # commented out, under a header saying what to set and how to check it. A fresh install then
@@ -56,8 +57,9 @@ release_deb() {
     fi
 
     rm -f "$(deb_file)"
-    say "cargo deb --no-build"
-    CARGO_TARGET_DIR="$OUTBOX_RELEASE_TARGET" cargo deb --no-build --output "$(deb_file)"
+    # --profile dist: the assets' target/release/ paths are read from target/dist/.
+    say "cargo deb --no-build --profile dist"
+    CARGO_TARGET_DIR="$OUTBOX_RELEASE_TARGET" cargo deb --no-build --profile dist --output "$(deb_file)"
     [ -f "$(deb_file)" ] || { say "release_deb: cargo deb wrote no $(deb_file)"; return 1; }
     echo "$(basename "$(deb_file)") $(stat -c %s "$(deb_file)")" >>"$ARTIFACTS/sizes.txt"
     echo "outboxd(installed) $(dpkg-deb --fsys-tarfile "$(deb_file)" | tar -xO ./usr/bin/outboxd | wc -c)" >>"$ARTIFACTS/sizes.txt"

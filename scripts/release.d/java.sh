@@ -3,7 +3,8 @@
 #
 #   outbox-<version>.jar           the classes and the native library for linux-x86_64
 #                                  (io/outbox/native/linux-x86_64/liboutbox.so, --features
-#                                  jni,rocketmq, stripped, with its SHA-256), extracted and loaded
+#                                  jni,rocketmq, the dist profile (fat LTO: Cargo.toml), stripped,
+#                                  with its SHA-256), extracted and loaded
 #                                  at run time (bindings/java/build.sh --native)
 #   outbox-<version>-sources.jar   bindings/java/src/main/java
 #   outbox-<version>-javadoc.jar   javadoc -Xdoclint:all -Werror: not one warning
@@ -12,8 +13,8 @@
 #                                  publisher's step, not this script's)
 #
 # The native library is built into its own target dir ($OUTBOX_RELEASE_TARGET/jni): with the
-# features jni,rocketmq in the shared one it would rebuild the crate every time the C or Go
-# release (rocketmq alone) and this one alternate.
+# features jni,rocketmq in the shared one it would rebuild the crate every time the C tarball's
+# library (rocketmq alone, the same profile) and this one alternate.
 #
 # check_java: the four files hold what they should, the pom is well-formed XML naming this
 # version, the javadoc of the sources jar as published has no warning, and
@@ -34,9 +35,10 @@ release_java() {
     target="$OUTBOX_RELEASE_TARGET/jni"
     java_need_jdk
     apt_install binutils
-    say "cargo build --release --lib --features jni,rocketmq (into $target)"
-    CARGO_TARGET_DIR="$target" cargo build --release --lib --features jni,rocketmq
-    lib="$target/release/liboutbox.so"
+    # The shared library alone (no static archive to LTO as well), with the dist profile.
+    say "cargo rustc --profile dist --lib --crate-type cdylib --features jni,rocketmq (into $target)"
+    CARGO_TARGET_DIR="$target" cargo rustc --profile dist --lib --crate-type cdylib --features jni,rocketmq
+    lib="$target/dist/liboutbox.so"
 
     rm -rf "$out"
     mkdir -p "$out"
