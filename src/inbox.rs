@@ -235,7 +235,7 @@ impl Inbox {
     /// The INSERT of `rows` marks, every value a parameter ([`mark_params`]): a prepared
     /// statement, which the connection keeps (the mysql crate caches them per connection, by
     /// text), so a batch size seen before is sent as values alone, not as SQL to parse again.
-    /// (benches/README.md, "The consuming half").
+    /// Measured in benches/README.md ("The consuming half").
     fn mark_statement(&self, rows: usize, ignore: bool, returning: bool) -> String {
         let mut sql = format!(
             "INSERT {}INTO {} {MARK_COLUMNS} VALUES ",
