@@ -131,7 +131,7 @@ impl Inbox {
     /// duplicate, a rollback lets this mark the key.
     pub fn mark(&self, tx: &mut Transaction<'_>, group: &str, key: &str, meta: &MessageMeta) -> Result<bool> {
         let params = mark_params(group, key, meta)?;
-        match tx.exec_drop(self.mark_statement(1, false, false), params.to_vec()) {
+        match tx.exec_drop(self.mark_statement(1, false, false), params) {
             Ok(()) => Ok(true),
             Err(mysql::Error::MySqlError(e)) if e.code == ER_DUP_ENTRY => Ok(false),
             Err(e) => Err(e.into()),
@@ -257,7 +257,7 @@ impl Inbox {
 
 /// One mark's values, in the order of [`MARK_COLUMNS`], after checking each one (the bad value
 /// named in the error, nothing sent).
-fn mark_params(group: &str, key: &str, meta: &MessageMeta) -> Result<[mysql::Value; MARK_PARAMS]> {
+fn mark_params(group: &str, key: &str, meta: &MessageMeta) -> Result<Vec<mysql::Value>> {
     check_group(group)?;
     check_key(key)?;
     if let Some(topic) = &meta.topic {
@@ -285,7 +285,7 @@ fn mark_params(group: &str, key: &str, meta: &MessageMeta) -> Result<[mysql::Val
             ));
         }
     }
-    Ok([
+    Ok(vec![
         group.into(),
         key.as_bytes().into(),
         meta.topic.as_deref().into(),
@@ -507,6 +507,7 @@ mod tests {
         assert_eq!(params[1], mysql::Value::Bytes(b"k' OR 1=1 --".to_vec()));
         assert_eq!(params[2], mysql::Value::Bytes(b"T'; DROP TABLE x; --".to_vec()));
         assert_eq!(params[5], mysql::Value::NULL);
+        assert_eq!(params.len(), MARK_PARAMS);
         assert_eq!(
             inbox.mark_statement(2, true, true),
             "INSERT IGNORE INTO outbox_inbox (consumer_group, event_key, topic, queue_id, queue_offset, msg_id, processed_at) \
