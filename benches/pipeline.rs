@@ -588,6 +588,11 @@ fn sustained(secs: u64, writers: usize) {
     println!("  highest sustained rate with bounded lag: {best:.0} orders/s");
 }
 
+/// A count argument's value: a number of at least 1, or a panic saying `usage`.
+fn at_least_one(v: Option<String>, usage: &str) -> usize {
+    v.and_then(|v| v.parse().ok()).filter(|n| *n >= 1).expect(usage)
+}
+
 fn main() {
     let (mut n, mut secs, mut rounds, mut only) = (400_000u64, 20u64, 3u32, Vec::<String>::new());
     let mut writers = SUSTAINED_WRITERS;
@@ -596,20 +601,8 @@ fn main() {
         match a.as_str() {
             "--events" => n = args.next().and_then(|v| v.parse().ok()).expect("--events N"),
             "--secs" => secs = args.next().and_then(|v| v.parse().ok()).expect("--secs S"),
-            "--rounds" => {
-                rounds = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|r| *r >= 1)
-                    .expect("--rounds N (1 or more)")
-            }
-            "--writers" => {
-                writers = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|w| *w >= 1)
-                    .expect("--writers N (1 or more)")
-            }
+            "--rounds" => rounds = at_least_one(args.next(), "--rounds N (1 or more)") as u32,
+            "--writers" => writers = at_least_one(args.next(), "--writers N (1 or more)"),
             "--only" => only.push(args.next().expect("--only rates|latency|sustained")),
             "--bench" => {}
             other => {
