@@ -60,11 +60,10 @@ impl NewEvent {
     /// The caller's W3C trace context (docs/tracing.md): stored with the row and sent as the
     /// `traceparent` and `tracestate` message properties. Checked by [`NewEvent::validate`].
     pub fn with_trace_context(mut self, traceparent: impl Into<String>, tracestate: Option<String>) -> Self {
-        self.headers
-            .insert(crate::trace::TRACEPARENT.into(), traceparent.into());
+        self.headers.insert(crate::wire::TRACEPARENT.into(), traceparent.into());
         match tracestate {
-            Some(ts) => self.headers.insert(crate::trace::TRACESTATE.into(), ts),
-            None => self.headers.remove(crate::trace::TRACESTATE),
+            Some(ts) => self.headers.insert(crate::wire::TRACESTATE.into(), ts),
+            None => self.headers.remove(crate::wire::TRACESTATE),
         };
         self
     }
@@ -107,7 +106,7 @@ impl NewEvent {
                     format!("key {k:?} is empty or has control characters"),
                 ));
             }
-            if RESERVED_HEADERS.contains(&k.as_str()) {
+            if crate::wire::is_reserved(k) {
                 return Err(invalid("headers", format!("key {k:?} is reserved (set by the relay)")));
             }
             if v.contains(['\0', '\u{1}', '\u{2}']) {
@@ -152,17 +151,6 @@ pub struct OutboundEvent {
     /// consumer measures commit → credited.
     pub created_ms: u64,
 }
-
-/// Property names the relay sets itself; rows may not override them.
-pub const RESERVED_HEADERS: &[&str] = &[
-    "eventId",
-    "eventKey",
-    "eventType",
-    "bizNo",
-    "eventCreatedAt",
-    "KEYS",
-    "TAGS",
-];
 
 fn text_field(field: &'static str, value: &str, max_chars: usize) -> Result<(), Error> {
     if value.trim().is_empty() {

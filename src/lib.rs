@@ -34,6 +34,7 @@ pub mod stats;
 pub mod store;
 pub mod telemetry;
 pub mod trace;
+pub mod wire;
 
 pub use config::{Backoff, BackoffPolicy, ClaimStrategy, Config, KEYS};
 pub use db::connect;

@@ -28,7 +28,8 @@ use std::fmt::Write as _;
 
 use crate::config::DeadHeadPolicy;
 use crate::event::EventId;
-pub use crate::queues::{queue_index, queue_key, QueueBook, QueueRef};
+pub use crate::queues::{queue_index, queue_key, QueueBook};
+pub use crate::wire::QueueRef;
 
 /// The statuses of a key's rows that hold back its later rows.
 pub(crate) fn blocking_statuses(policy: DeadHeadPolicy) -> &'static str {

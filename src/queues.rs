@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+use crate::wire::QueueRef;
+
 /// The form of a `biz_no` that picks its queue: what the database's default collation compares
 /// (letter case and trailing spaces ignored), so spellings the database treats as one key share
 /// a queue. An approximation of the collation for non-ASCII letters, which only matters for keys
@@ -24,19 +26,6 @@ pub fn queue_index(biz_no: &str, n: usize) -> usize {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
     });
     (h % n as u64) as usize
-}
-
-/// One queue of a topic: the broker that holds it and its id there.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct QueueRef {
-    pub broker: String,
-    pub queue_id: u32,
-}
-
-impl std::fmt::Display for QueueRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}#{}", self.broker, self.queue_id)
-    }
 }
 
 /// The queue book: the stable queue set of each ordered topic, kept in `outbox_topic_queue` so
@@ -71,7 +60,7 @@ impl QueueBook {
     }
 
     /// The stable queue set of `topic`, sorted, after adding the queues of `live` (the route as
-    /// the client sees it now) that the book did not hold. Reads the database only when `live`
+    /// the client sees it now, queues of `topic`) that the book did not hold. Reads the database only when `live`
     /// holds a queue the cached set lacks, or nothing is cached yet.
     pub fn queues(&self, topic: &str, live: &[QueueRef]) -> crate::error::Result<Vec<QueueRef>> {
         if let Some((at, known)) = self.cache.lock().get(topic) {
@@ -111,7 +100,11 @@ impl QueueBook {
             )?;
             let mut v: Vec<QueueRef> = rows
                 .into_iter()
-                .map(|(broker, queue_id)| QueueRef { broker, queue_id })
+                .map(|(broker, queue_id)| QueueRef {
+                    topic: topic.to_string(),
+                    broker,
+                    queue_id,
+                })
                 .collect();
             v.sort();
             Ok(v)
@@ -126,7 +119,7 @@ impl QueueBook {
             new.iter().map(|q| (topic, q.broker.as_str(), q.queue_id)),
         )?;
         let after = read(&mut conn)?;
-        let added: Vec<String> = new.iter().map(|q| q.to_string()).collect();
+        let added: Vec<String> = new.iter().map(|q| q.in_topic()).collect();
         if before.is_empty() {
             log::info!("ordered topic {topic}: queue set {}", join(&after));
         } else {
@@ -143,7 +136,7 @@ impl QueueBook {
 }
 
 fn join(qs: &[QueueRef]) -> String {
-    qs.iter().map(|q| q.to_string()).collect::<Vec<_>>().join(", ")
+    qs.iter().map(QueueRef::in_topic).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]

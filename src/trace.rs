@@ -8,10 +8,8 @@ use std::collections::BTreeMap;
 
 use crate::error::Error;
 
-/// The header (and message property) holding the W3C `traceparent`.
-pub const TRACEPARENT: &str = "traceparent";
-/// The header (and message property) holding the W3C `tracestate`.
-pub const TRACESTATE: &str = "tracestate";
+/// The header (and message property) names, from the wire contract.
+pub use crate::wire::{TRACEPARENT, TRACESTATE};
 /// Longest `tracestate` accepted (the W3C limit vendors must propagate).
 pub const MAX_TRACESTATE_CHARS: usize = 512;
 /// Most list members of a `tracestate` (W3C).

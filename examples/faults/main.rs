@@ -1115,7 +1115,7 @@ fn fault_run(args: &Args) -> Res<bool> {
     let mut copies: HashMap<u64, u64> = HashMap::new();
     let (mut rb_delivered, mut unexpected, mut mismatched) = (0u64, 0u64, 0u64);
     for m in &back.messages {
-        let biz = m.properties.get("bizNo").map(String::as_str).unwrap_or("");
+        let biz = m.biz_no().unwrap_or("");
         if ledger.rolled_back.contains(biz) || ledger.failed.contains(biz) {
             rb_delivered += 1;
             continue;

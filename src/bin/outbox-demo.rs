@@ -211,7 +211,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             Some(id) if ids.contains_key(&id) => {
                 let (order, payload) = &ids[&id];
                 if &m.body != payload
-                    || m.properties.get("bizNo") != Some(order)
+                    || m.biz_no() != Some(order.as_str())
                     || m.keys.as_deref() != Some(&id.to_string())
                 {
                     mismatched += 1;

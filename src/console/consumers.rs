@@ -4,6 +4,7 @@
 
 use crate::admin::{self, BatchOptions, DeadLetterAction};
 use crate::consumer::dead_letter::{self, Selection};
+use crate::wire::QueueRef;
 
 use super::auth::{check_action, Role, Viewer};
 use super::data::{self, COUNT_BOUND};
@@ -63,10 +64,12 @@ pub(super) fn group(c: &Console, viewer: &Viewer, req: &Request, rest: &str) -> 
                 esc(&d.status),
                 esc(&d.key),
                 esc(&format!(
-                    "{}@{}#{}:{}",
-                    d.topic,
-                    d.broker.as_deref().unwrap_or("?"),
-                    d.queue_id.map(|q| q.to_string()).unwrap_or_default(),
+                    "{}:{}",
+                    QueueRef::name(
+                        &d.topic,
+                        d.broker.as_deref().unwrap_or("?"),
+                        d.queue_id.map(|q| q.to_string()).unwrap_or_default()
+                    ),
                     d.queue_offset.map(|o| o.to_string()).unwrap_or_default()
                 )),
                 d.attempts.to_string(),

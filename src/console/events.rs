@@ -2,6 +2,8 @@
 //! page by page, and one event's detail.
 
 use crate::admin::TimeBound;
+use crate::config::TagSource;
+use crate::wire;
 
 use super::auth::Viewer;
 use super::data::{
@@ -198,12 +200,25 @@ pub(super) fn detail(c: &Console, viewer: &Viewer, id: &str) -> Page {
         String::new()
     };
     let o = |v: &Option<String>| esc(v.as_deref().unwrap_or("—"));
+    // The tag the message is sent with (wire::tag), not only the row's column.
+    let by_event_type = c.config.rocketmq.tag_source == TagSource::EventType;
+    let tag = match (
+        e.tag.as_deref().filter(|t| !t.is_empty()),
+        wire::tag(e.tag.as_deref(), &e.row.event_type, by_event_type),
+    ) {
+        (Some(own), _) => esc(own),
+        (None, Some(sent)) => format!(
+            "{} <span class=\"hint\">(its event type: the row sets no tag; rocketmq.tag.source = event-type)</span>",
+            esc(sent)
+        ),
+        (None, None) => "— <span class=\"hint\">(the row sets no tag; rocketmq.tag.source = none)</span>".to_string(),
+    };
     let facts = [
         ("status", esc(&e.row.status)),
         ("biz_no", esc(&e.row.biz_no)),
         ("event type", esc(&e.row.event_type)),
         ("topic", esc(e.row.topic.as_deref().unwrap_or("(default topic)"))),
-        ("tag", o(&e.tag)),
+        ("tag", tag),
         ("event key", o(&e.event_key)),
         ("attempts", e.row.retry_count.to_string()),
         ("created", esc(&e.row.created)),

@@ -14,10 +14,11 @@ use std::collections::BTreeMap;
 use mysql::prelude::Queryable;
 use mysql::{Pool, Row, Transaction};
 
-use super::message::{KeySource, Message, QueueRef};
+use super::message::Message;
 use crate::admin::{self, BatchOptions, DeadLetterAction, Pace};
 use crate::error::{Error, Result};
 use crate::sql::{bytes_lit, id_list, lit, opt_lit};
+use crate::wire::{KeySource, QueueRef};
 
 /// The default table name (the one `migrations/V10__create_outbox_inbox_dead_letter.sql` creates).
 pub use crate::config::DEFAULT_DEAD_LETTER_TABLE as DEFAULT_TABLE;

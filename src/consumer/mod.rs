@@ -5,7 +5,8 @@
 //! that also holds the message's [inbox](crate::inbox) mark: the handler's writes commit once per
 //! consumer group and event key, however many copies arrive.
 //!
-//! One file per concern: [`Message`] in `message.rs`, [`Source`] in `source.rs`, [`Handler`] in
+//! One file per concern: [`Message`] in `message.rs` (its dedup key, queue and property names
+//! are the wire contract's, [`crate::wire`]), [`Source`] in `source.rs`, [`Handler`] in
 //! `handler.rs`;
 //! [`ConsumerConfig`] in `crate::config` (its `consumer.*` keys); [`ConsumerStats`] in `stats.rs`; the [`Consumer`] with its
 //! poller and handler threads in `runtime.rs`; one message's transaction, retries and parking in
@@ -40,8 +41,11 @@ mod source;
 mod stats;
 
 pub use crate::config::{ConsumerConfig, StartFrom};
+/// The queue a message came from and where its dedup key came from: the wire contract's
+/// ([`crate::wire`]), which a [`Source`] and a handler name.
+pub use crate::wire::{KeySource, QueueRef};
 pub use handler::{BatchHandler, Handler, HandlerError, Transient};
-pub use message::{KeySource, Message, QueueRef, EVENT_CREATED_AT_PROPERTY, EVENT_KEY_PROPERTY};
+pub use message::Message;
 pub use runtime::Consumer;
 pub use source::Source;
 pub use stats::{ConsumerStats, CreditedLatency};

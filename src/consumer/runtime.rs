@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use super::handle::handle_batch;
 use super::handler::{BatchHandler, Handler, Handling};
 use super::health::{Health, Seen};
-use super::message::{KeySource, Message, QueueRef};
+use super::message::Message;
 use super::replay::replay_loop;
 use super::shared::Inner;
 use super::source::Source;
@@ -26,6 +26,7 @@ use super::stats::Counters;
 use crate::config::ConsumerConfig;
 use crate::error::{Error, Result};
 use crate::inbox::Inbox;
+use crate::wire::{KeySource, QueueRef};
 
 /// A running consumer. [`Consumer::stop`] ends it; dropping it stops it too.
 pub struct Consumer {
@@ -215,9 +216,11 @@ fn poll_loop(inner: &Inner, senders: Vec<Sender<Message>>) {
                         inner.counters.fallback_keys.fetch_add(1, Relaxed);
                         inner.warn("fallback key", || {
                             format!(
-                                "a message on {} has no eventKey property; deduplicating on {:?} instead \
+                                "a message on {} has no {} property; deduplicating on {:?} instead \
                                  (see docs/inbox.md)",
-                                msg.queue, msg.key
+                                msg.queue,
+                                crate::wire::EVENT_KEY,
+                                msg.key
                             )
                         });
                     }

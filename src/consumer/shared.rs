@@ -12,11 +12,11 @@ use parking_lot::Mutex;
 
 use super::handler::Handling;
 use super::health::Health;
-use super::message::QueueRef;
 use super::source::Source;
 use super::stats::Counters;
 use crate::config::ConsumerConfig;
 use crate::inbox::Inbox;
+use crate::wire::QueueRef;
 
 pub(super) struct Inner {
     pub(super) config: ConsumerConfig,

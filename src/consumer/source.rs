@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use super::message::{Message, QueueRef};
+use super::message::Message;
 use crate::error::Result;
+use crate::wire::QueueRef;
 
 /// Where messages come from. Implementations must be `Send + Sync`: the poller calls `poll` and
 /// `commit`, the stats reader `lag`.

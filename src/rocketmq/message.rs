@@ -1,5 +1,5 @@
-//! An event as a RocketMQ message (body, key, tag, user properties), checked before it is sent;
-//! and a send result as one outcome per event.
+//! An event as a RocketMQ message (body, key, tag, user properties, by the wire contract of
+//! [`crate::wire`]), checked before it is sent; and a send result as one outcome per event.
 
 use std::collections::BTreeMap;
 
@@ -10,40 +10,34 @@ use super::classify::to_send_error;
 use crate::config::TagSource;
 use crate::event::OutboundEvent;
 use crate::publisher::{SendError, SendOutcome};
+use crate::wire;
 
 /// Most bytes of encoded properties one message may carry (a 16-bit length on the wire).
 const MAX_PROPERTIES_BYTES: usize = i16::MAX as usize;
 
-/// The message property carrying the event's dedup key ([`OutboundEvent::key`]), unique across
-/// outbox tables and databases; consumers' inboxes key on it.
-pub const EVENT_KEY_PROPERTY: &str = "eventKey";
-
 /// Longest message id stored on a row (`broker_msg_id` is `VARCHAR(128)`).
 const MAX_MSG_ID_CHARS: usize = 128;
 
-/// The tag of `event`: its own, else its event type (or none), per `tag_source`.
+/// The tag of `event`: [`wire::tag`] with `tag_source` (`rocketmq.tag.source`).
 fn tag_of(event: &OutboundEvent, tag_source: TagSource) -> Option<&str> {
-    match (&event.tag, tag_source) {
-        (Some(t), _) if !t.is_empty() => Some(t.as_str()),
-        (_, TagSource::EventType) => Some(event.event_type.as_str()),
-        (_, TagSource::None) => None,
-    }
+    wire::tag(
+        event.tag.as_deref(),
+        &event.event_type,
+        tag_source == TagSource::EventType,
+    )
 }
 
-/// The user properties of `event`: `eventId`, `eventKey`, `eventType`, `bizNo`, `eventCreatedAt`
-/// (when known), then its headers (among them `traceparent` and `tracestate`, when the event
-/// carries a trace context).
+/// The user properties of `event`: [`wire::RELAY_PROPERTIES`] (`eventId`, `eventKey`,
+/// `eventType`, `bizNo`, and `eventCreatedAt` when known), then its headers (among them
+/// `traceparent` and `tracestate`, when the event carries a trace context).
 pub fn properties_of(event: &OutboundEvent) -> BTreeMap<String, String> {
     let mut p = event.headers.clone();
-    p.insert("eventId".into(), event.id.to_string());
-    p.insert(EVENT_KEY_PROPERTY.into(), event.key.clone());
-    p.insert("eventType".into(), event.event_type.clone());
-    p.insert("bizNo".into(), event.biz_no.clone());
+    p.insert(wire::EVENT_ID.into(), event.id.to_string());
+    p.insert(wire::EVENT_KEY.into(), event.key.clone());
+    p.insert(wire::EVENT_TYPE.into(), event.event_type.clone());
+    p.insert(wire::BIZ_NO.into(), event.biz_no.clone());
     if event.created_ms > 0 {
-        p.insert(
-            crate::consumer::EVENT_CREATED_AT_PROPERTY.into(),
-            event.created_ms.to_string(),
-        );
+        p.insert(wire::EVENT_CREATED_AT.into(), event.created_ms.to_string());
     }
     p
 }
@@ -85,7 +79,7 @@ pub fn build_message(event: &OutboundEvent, tag_source: TagSource) -> std::resul
     message_size(event, tag_source)?;
     let mut b = Message::builder()
         .topic(event.topic.as_str())
-        .key(event.id.to_string())
+        .key(wire::message_key(event.id))
         .body(event.payload.clone());
     if let Some(tag) = tag_of(event, tag_source) {
         b = b.tags(tag);
@@ -206,6 +200,22 @@ mod tests {
         );
         e.tag = None;
         assert!(build_message(&e, TagSource::None).unwrap().get_tags().is_none());
+    }
+
+    #[test]
+    fn the_relay_sets_exactly_the_contract_s_properties_and_they_are_reserved() {
+        let mut e = event(7);
+        e.created_ms = 1_764_900_000_000;
+        let names: Vec<String> = properties_of(&e).into_keys().collect();
+        let mut contract: Vec<String> = wire::RELAY_PROPERTIES.iter().map(|n| n.to_string()).collect();
+        contract.sort();
+        assert_eq!(names, contract);
+        assert!(names.iter().all(|n| wire::is_reserved(n)));
+        e.created_ms = 0;
+        assert!(
+            !properties_of(&e).contains_key(wire::EVENT_CREATED_AT),
+            "only when known"
+        );
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //!   one-by-one fallback, and what a call's outcomes say about the broker;
 //! - `ordered`: ordered sends (`ordering = per-biz-no`): each key's run to its queue, in order;
 //! - `routes`: topic routes, the ordered topics' cached queues, and what a missing route means;
-//! - [`message`]: an event as a message (key, tag, properties) and a send result as outcomes;
+//! - [`message`]: an event as a message (key, tag, properties, by [`crate::wire`]) and a send
+//!   result as outcomes;
 //! - [`classify`]: client errors as [`FailureKind`](crate::publisher::FailureKind)s, and their descriptions;
 //! - [`source`]: [`RocketMqSource`], the lite pull consumer the consumer runtime reads from;
 //! - [`testing`]: a reader of a whole topic, for tests, the demo and the fault suite.
@@ -18,10 +19,10 @@
 //! `DefaultMQProducer`. Worker threads call [`Publisher::publish`] concurrently; each call blocks
 //! on the shared runtime (the producer's send methods take `&self`).
 //!
-//! What a message looks like: body = the row's payload, key = the event id, tag = the row's tag
-//! or else its event type (`rocketmq.tag.source`), user properties `eventId`, `eventKey` (the
-//! dedup key, unique across outbox tables and databases), `eventType`, `bizNo` plus the row's
-//! headers.
+//! What a message looks like ([`crate::wire`], the contract with the consumers): body = the
+//! row's payload, key = the event id, tag = the row's tag or else its event type
+//! (`rocketmq.tag.source`), user properties `eventId`, `eventKey` (the dedup key, unique across
+//! outbox tables and databases), `eventType`, `bizNo`, `eventCreatedAt` plus the row's headers.
 //!
 //! Several events of one call go out as one broker batch (`send_batch_with_timeout`), split so
 //! that no batch is larger than [`BATCH_MAX_BYTES`]. A batch refused for a reason of its content
@@ -50,6 +51,6 @@ pub mod source;
 pub mod testing;
 
 pub use classify::{classify, describe};
-pub use message::{build_message, properties_of, EVENT_KEY_PROPERTY};
+pub use message::{build_message, properties_of};
 pub use producer::{RocketMqPublisher, BATCH_MAX_BYTES};
 pub use source::{RocketMqSource, SourceConfig, StartFrom};

@@ -17,7 +17,8 @@ use super::producer::{budget_spent, Live, RocketMqPublisher, MIN_SEND_BUDGET};
 use super::runtime::{bounded, millis};
 use crate::event::OutboundEvent;
 use crate::publisher::{FailureKind, SendError, SendOutcome};
-use crate::queues::{queue_index, queue_key, QueueBook, QueueRef};
+use crate::queues::{queue_index, queue_key, QueueBook};
+use crate::wire::QueueRef;
 
 impl RocketMqPublisher {
     /// Sends the events of `events` (whole runs of keys, each in id order) to their keys' queues:
@@ -79,7 +80,8 @@ impl RocketMqPublisher {
                 let q = &stable[qi];
                 if !live_brokers.contains(q.broker.as_str()) {
                     let e = SendError::parked(format!(
-                        "queue {q} of the key: broker {} is not in the route of {topic}",
+                        "queue {} of the key: broker {} is not in the route of {topic}",
+                        q.in_topic(),
                         q.broker
                     ));
                     for &i in &idx {

@@ -23,7 +23,8 @@ use crate::config::{Config, TagSource};
 use crate::error::{Error, Result};
 use crate::event::OutboundEvent;
 use crate::publisher::{FailureKind, Publisher, SendError, SendOutcome};
-use crate::queues::{queue_index, QueueBook, QueueRef};
+use crate::queues::{queue_index, QueueBook};
+use crate::wire::QueueRef;
 
 /// Largest encoded size of one broker batch. The broker refuses a request whose body exceeds its
 /// `maxMessageSize` (4 MiB by default); a batch is one request, so batches stay well below it.

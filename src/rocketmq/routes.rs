@@ -12,7 +12,7 @@ use super::producer::{budget_spent, publisher_error, Live, RocketMqPublisher, MI
 use crate::error::Result;
 use crate::event::OutboundEvent;
 use crate::publisher::{FailureKind, SendError, SendOutcome};
-use crate::queues::QueueRef;
+use crate::wire::QueueRef;
 
 /// The topic every broker that creates topics on first use registers (`TBW102`): a route for it
 /// or for the default topic shows a live broker.
@@ -50,7 +50,7 @@ impl RocketMqPublisher {
                 return Err(budget_spent());
             }
             match route_queues(live, topic, budget) {
-                Some(Ok(qs)) => Ok(queue_refs(&qs)),
+                Some(Ok(qs)) => Ok(queue_refs(topic, &qs)),
                 Some(Err(e)) => Err(SendError::unavailable(format!("{NO_ROUTE}: {}", describe(&e)))),
                 // Nothing was sent: the broker side is not answering.
                 None => Err(SendError::unavailable("the route lookup timed out")),
@@ -96,7 +96,7 @@ impl RocketMqPublisher {
             tokio::spawn(async move {
                 let found = tokio::time::timeout(ROUTE_TTL, producer.fetch_publish_message_queues(&topic)).await;
                 if let Ok(Ok(qs)) = found {
-                    let qs = queue_refs(&qs);
+                    let qs = queue_refs(&topic, &qs);
                     if !qs.is_empty() {
                         routes.lock().insert(topic.clone(), (Instant::now(), qs));
                     }
@@ -195,13 +195,12 @@ impl RocketMqPublisher {
     }
 }
 
-/// The queues `topic`'s route lists, as the name server answers within `budget` (`None`: no
-/// answer in time).
-/// A route's queues as the ordering code names them, sorted.
-fn queue_refs(qs: &[MessageQueue]) -> Vec<QueueRef> {
+/// The queues of `topic`'s route as the ordering code names them, sorted.
+fn queue_refs(topic: &str, qs: &[MessageQueue]) -> Vec<QueueRef> {
     let mut refs: Vec<QueueRef> = qs
         .iter()
         .map(|q| QueueRef {
+            topic: topic.to_string(),
             broker: q.broker_name().to_string(),
             queue_id: q.queue_id().max(0) as u32,
         })
@@ -210,6 +209,8 @@ fn queue_refs(qs: &[MessageQueue]) -> Vec<QueueRef> {
     refs
 }
 
+/// The queues `topic`'s route lists, as the name server answers within `budget` (`None`: no
+/// answer in time).
 fn route_queues(
     live: &Live,
     topic: &str,

@@ -44,8 +44,9 @@ use rocketmq_runtime::RuntimeOwner;
 use super::classify::describe;
 use super::runtime::client_runtime;
 use crate::config::ConsumerConfig;
-use crate::consumer::{Message, QueueRef, Source};
+use crate::consumer::{Message, Source};
 use crate::error::{Error, Result};
+use crate::wire::QueueRef;
 
 pub use crate::config::StartFrom;
 

@@ -10,6 +10,7 @@ use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::MessageTrait;
 
 use super::classify::describe;
+use crate::wire;
 
 /// One message as a consumer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +31,12 @@ pub struct Consumed {
 impl Consumed {
     /// The `eventId` property parsed as a row id.
     pub fn event_id(&self) -> Option<u64> {
-        self.properties.get("eventId").and_then(|v| v.parse().ok())
+        self.properties.get(wire::EVENT_ID).and_then(|v| v.parse().ok())
+    }
+
+    /// The `bizNo` property.
+    pub fn biz_no(&self) -> Option<&str> {
+        self.properties.get(wire::BIZ_NO).map(String::as_str)
     }
 }
 
@@ -71,7 +77,7 @@ pub fn read_topic(namesrv: &str, topic: &str, expected: usize, deadline: Duratio
     let result = owner.block_on(async {
         consumer.subscribe(topic).await.map_err(|e| describe(&e))?;
         consumer.start().await.map_err(|e| describe(&e))?;
-        let event_id = CheetahString::from_static_str("eventId");
+        let event_id = CheetahString::from_static_str(wire::EVENT_ID);
         let mut seen = HashSet::new();
         let mut out = ReadBack::default();
         loop {

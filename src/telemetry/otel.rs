@@ -11,6 +11,7 @@ use super::Handled;
 use crate::event::OutboundEvent;
 use crate::publisher::SendOutcome;
 use crate::trace::{context_of, TraceParent};
+use crate::wire;
 
 /// The instrumentation scope of every span.
 const SCOPE: &str = "outbox";
@@ -54,7 +55,7 @@ pub(crate) struct PublishSpans(Vec<Option<Context>>);
 
 impl PublishSpans {
     pub(crate) fn start(events: &[OutboundEvent]) -> PublishSpans {
-        if !events.iter().any(|e| e.headers.contains_key(crate::trace::TRACEPARENT)) {
+        if !events.iter().any(|e| e.headers.contains_key(wire::TRACEPARENT)) {
             return PublishSpans(Vec::new());
         }
         let tracer = global::tracer(SCOPE);
@@ -121,7 +122,7 @@ impl ProcessSpans {
         group: &str,
     ) -> ProcessSpans {
         let messages: Vec<_> = messages.collect();
-        if !messages.iter().any(|(p, _)| p.contains_key(crate::trace::TRACEPARENT)) {
+        if !messages.iter().any(|(p, _)| p.contains_key(wire::TRACEPARENT)) {
             return ProcessSpans(Vec::new());
         }
         let tracer = global::tracer(SCOPE);
@@ -139,8 +140,7 @@ impl ProcessSpans {
                         KeyValue::new("messaging.consumer.group.name", group.to_string()),
                         KeyValue::new("messaging.batch.message_count", n),
                     ];
-                    // The `eventKey` property (consumer::EVENT_KEY_PROPERTY).
-                    if let Some(key) = props.get("eventKey") {
+                    if let Some(key) = props.get(wire::EVENT_KEY) {
                         attributes.push(KeyValue::new("outbox.event.key", key.clone()));
                     }
                     let span = tracer

@@ -218,7 +218,11 @@ fn ordered_keys_keep_their_queue_and_commit_order_while_one_of_two_brokers_is_do
             .unwrap();
         let stable: Vec<QueueRef> = book
             .into_iter()
-            .map(|(broker, queue_id)| QueueRef { broker, queue_id })
+            .map(|(broker, queue_id)| QueueRef {
+                topic: topic.clone(),
+                broker,
+                queue_id,
+            })
             .collect();
         let brokers: HashSet<&str> = stable.iter().map(|q| q.broker.as_str()).collect();
         assert_eq!(brokers.len(), 2, "the topic's queues are on both brokers: {stable:?}");
