@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use mysql::{Transaction, TxOpts};
 
 use super::dead_letter;
+use super::failure::{AttemptError, BatchFallback, Failure};
 use super::handler::{HandlerError, Transient};
 use super::message::Message;
 use super::shared::Inner;
@@ -22,15 +23,6 @@ pub(super) enum Done {
     DeadLettered,
     /// The consumer is stopping: not done, its offset is not committed.
     Abandoned,
-}
-
-pub(super) enum Failure {
-    /// Not the message's fault: database trouble (a lost connection, a lock wait timeout, a
-    /// deadlock, also inside the handler), or a handler's [`Transient`]. Retried after a backoff
-    /// without using an attempt.
-    Transient(String),
-    /// The handler failed (an attempt), or the message cannot be marked at all (`poison`).
-    Handler { error: String, poison: bool },
 }
 
 /// Handles `msgs` (the messages waiting on a handler thread, in queue order): all in one
@@ -66,7 +58,7 @@ pub(super) fn handle_batch(inner: &Inner, msgs: &[Message]) -> usize {
 /// every message whose key was new (a key twice in the batch runs once), one commit. Returns how
 /// many messages the handler ran on; `Err` says why the batch must go one message at a time
 /// (the transaction was rolled back, nothing of it committed).
-fn attempt_batch(inner: &Inner, msgs: &[Message]) -> std::result::Result<u64, String> {
+fn attempt_batch(inner: &Inner, msgs: &[Message]) -> std::result::Result<u64, BatchFallback> {
     let spans = ProcessSpans::start(
         msgs.iter().map(|m| (&m.properties, m.queue.topic.as_str())),
         &inner.config.group,
@@ -98,9 +90,15 @@ fn credited<'a>(inner: &Inner, msgs: impl Iterator<Item = &'a Message>) {
 }
 
 /// The batch's transaction; `Ok` says which messages were new (their handler ran).
-fn attempt_batch_in(inner: &Inner, msgs: &[Message], spans: &ProcessSpans) -> std::result::Result<Vec<bool>, String> {
-    let mut conn = inner.pool.get_conn().map_err(|e| e.to_string())?;
-    let mut tx = conn.start_transaction(TxOpts::default()).map_err(|e| e.to_string())?;
+fn attempt_batch_in(
+    inner: &Inner,
+    msgs: &[Message],
+    spans: &ProcessSpans,
+) -> std::result::Result<Vec<bool>, BatchFallback> {
+    let mut conn = inner.pool.get_conn().map_err(BatchFallback::Begin)?;
+    let mut tx = conn
+        .start_transaction(TxOpts::default())
+        .map_err(BatchFallback::Begin)?;
     let new: Vec<bool> = if inner.config.inbox {
         let items: Vec<(&str, MessageMeta)> = msgs.iter().map(|m| (m.key.as_str(), m.meta())).collect();
         match inner
@@ -108,8 +106,8 @@ fn attempt_batch_in(inner: &Inner, msgs: &[Message], spans: &ProcessSpans) -> st
             .mark_many(&mut tx, &inner.config.group, &items, inner.returning)
         {
             Ok(Some(new)) => new,
-            Ok(None) => return Err("some keys of the batch were already marked".into()),
-            Err(e) => return Err(format!("marking the batch failed: {e}")),
+            Ok(None) => return Err(BatchFallback::AlreadyMarked),
+            Err(e) => return Err(BatchFallback::Marking(e)),
         }
     } else {
         vec![true; msgs.len()]
@@ -139,18 +137,17 @@ fn attempt_batch_in(inner: &Inner, msgs: &[Message], spans: &ProcessSpans) -> st
         }));
         match ran {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("the handler failed: {e}")),
+            Ok(Err(e)) => return Err(BatchFallback::Handler(e)),
             Err(panic) => {
-                return Err(format!(
-                    "the handler panicked: {}",
-                    crate::error::panic_message(&*panic)
+                return Err(BatchFallback::Panicked(
+                    crate::error::panic_message(&*panic).to_string(),
                 ))
             }
         }
     }
     // A failed commit may have committed: handled again one at a time, each message then finds
     // its mark (a duplicate) or runs.
-    tx.commit().map_err(|e| format!("the commit failed: {e}"))?;
+    tx.commit().map_err(BatchFallback::Commit)?;
     inner.counters.transactions.fetch_add(1, Relaxed);
     Ok(new)
 }
@@ -223,7 +220,8 @@ fn already_parked(inner: &Inner, msg: &Message) -> bool {
 
 /// Parks the message in the dead-letter table, or adds it to its key's dead letter (retrying
 /// database failures until it is stored or the consumer stops).
-fn park(inner: &Inner, msg: &Message, attempts: u32, error: &str) -> Done {
+fn park(inner: &Inner, msg: &Message, attempts: u32, error: &AttemptError) -> Done {
+    let error = error.to_string();
     let mut failures = 0;
     loop {
         let stored = inner.pool.get_conn().map_err(Error::from).and_then(|mut conn| {
@@ -233,7 +231,7 @@ fn park(inner: &Inner, msg: &Message, attempts: u32, error: &str) -> Done {
                 &inner.config.group,
                 msg,
                 attempts,
-                error,
+                &error,
             )
         });
         match stored {
@@ -275,10 +273,9 @@ fn park(inner: &Inner, msg: &Message, attempts: u32, error: &str) -> Done {
 /// One attempt: mark, handler, commit, in one transaction. `Ok(true)`: processed; `Ok(false)`:
 /// a duplicate.
 fn attempt(inner: &Inner, msg: &Message) -> std::result::Result<bool, Failure> {
-    let mut conn = inner.pool.get_conn().map_err(|e| Failure::Transient(e.to_string()))?;
-    let tx = conn
-        .start_transaction(TxOpts::default())
-        .map_err(|e| Failure::Transient(e.to_string()))?;
+    let tx_failed = |e| Failure::Transient(AttemptError::Tx(e));
+    let mut conn = inner.pool.get_conn().map_err(tx_failed)?;
+    let tx = conn.start_transaction(TxOpts::default()).map_err(tx_failed)?;
     run_in(inner, tx, msg, None)
 }
 
@@ -317,11 +314,12 @@ fn run_marked(
 ) -> std::result::Result<bool, Failure> {
     let db = |e: Error| {
         if e.is_retriable() {
-            Failure::Transient(e.to_string())
+            Failure::Transient(AttemptError::Db(e))
         } else {
+            let poison = matches!(e, Error::InvalidEvent { .. });
             Failure::Handler {
-                error: e.to_string(),
-                poison: matches!(e, Error::InvalidEvent { .. }),
+                error: AttemptError::Db(e),
+                poison,
             }
         }
     };
@@ -343,7 +341,7 @@ fn run_marked(
             Ok(result) => result.map_err(classify_handler_error)?,
             Err(panic) => {
                 return Err(Failure::Handler {
-                    error: format!("the handler panicked: {}", crate::error::panic_message(&*panic)),
+                    error: AttemptError::Panicked(crate::error::panic_message(&*panic).to_string()),
                     poison: false,
                 });
             }
@@ -354,7 +352,7 @@ fn run_marked(
     }
     // A failed commit is a database failure whatever it says: if it did commit, the next attempt
     // finds the mark and counts a duplicate.
-    tx.commit().map_err(|e| Failure::Transient(e.to_string()))?;
+    tx.commit().map_err(|e| Failure::Transient(AttemptError::Tx(e)))?;
     inner.counters.transactions.fetch_add(1, Relaxed);
     Ok(new)
 }
@@ -372,10 +370,10 @@ fn classify_handler_error(e: HandlerError) -> Failure {
         false
     };
     if retriable {
-        Failure::Transient(format!("the handler failed: {e}"))
+        Failure::Transient(AttemptError::HandlerTransient(e))
     } else {
         Failure::Handler {
-            error: e.to_string(),
+            error: AttemptError::Handler(e),
             poison: false,
         }
     }

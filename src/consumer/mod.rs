@@ -30,6 +30,7 @@
 //! the copy into a duplicate.
 
 pub mod dead_letter;
+mod failure;
 mod handle;
 mod handler;
 mod health;

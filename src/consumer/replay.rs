@@ -7,7 +7,8 @@ use std::time::Instant;
 use mysql::TxOpts;
 
 use super::dead_letter;
-use super::handle::{run_in, Failure};
+use super::failure::{AttemptError, Failure};
+use super::handle::run_in;
 use super::shared::Inner;
 use crate::error::Error;
 
@@ -49,13 +50,15 @@ pub(super) fn replay_loop(inner: &Inner) {
 
 /// Takes one REPLAY row and handles it; false when there was none. `Err` says why it could not
 /// (the row stays REPLAY and is taken again later).
-fn replay_one(inner: &Inner) -> std::result::Result<bool, String> {
+fn replay_one(inner: &Inner) -> std::result::Result<bool, AttemptError> {
     let table = &inner.config.dead_letter_table;
-    let text = |e: Error| e.to_string();
-    let mut conn = inner.pool.get_conn().map_err(|e| text(e.into()))?;
-    let mut tx = conn.start_transaction(TxOpts::default()).map_err(|e| text(e.into()))?;
-    let Some((id, msg, attempts)) = dead_letter::take_replay(&mut tx, table, &inner.config.group).map_err(text)? else {
-        tx.commit().map_err(|e| text(e.into()))?;
+    let db = |e: mysql::Error| AttemptError::Db(Error::from(e));
+    let mut conn = inner.pool.get_conn().map_err(db)?;
+    let mut tx = conn.start_transaction(TxOpts::default()).map_err(db)?;
+    let Some((id, msg, attempts)) =
+        dead_letter::take_replay(&mut tx, table, &inner.config.group).map_err(AttemptError::Db)?
+    else {
+        tx.commit().map_err(db)?;
         return Ok(false);
     };
     match run_in(inner, tx, &msg, Some(id)) {
@@ -81,7 +84,7 @@ fn replay_one(inner: &Inner) -> std::result::Result<bool, String> {
                 msg.key,
                 attempts + 1
             );
-            dead_letter::failed_again(&inner.pool, table, id, &error).map_err(text)?;
+            dead_letter::failed_again(&inner.pool, table, id, &error.to_string()).map_err(AttemptError::Db)?;
             Ok(true)
         }
     }

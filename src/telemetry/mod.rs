@@ -23,15 +23,16 @@ pub(crate) use off::{ProcessSpans, PublishSpans};
 #[cfg(feature = "otlp")]
 pub mod otlp;
 
-/// How a handling attempt ended, for its `outbox.process` span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a handling attempt ended, for its `outbox.process` span (the error's text is the span's
+/// status).
+#[derive(Debug, Clone, Copy)]
 pub(crate) enum Handled<'a> {
     /// Committed: the handler ran (or the key was a duplicate).
     Committed,
     /// Rolled back; retried without an attempt.
-    Transient(&'a str),
+    Transient(&'a (dyn std::error::Error + 'a)),
     /// Rolled back; an attempt used (or parked).
-    Failed(&'a str),
+    Failed(&'a (dyn std::error::Error + 'a)),
     /// A batch rolled back, handled again one message at a time (each its own span).
-    BatchRetried(&'a str),
+    BatchRetried(&'a (dyn std::error::Error + 'a)),
 }
