@@ -61,7 +61,7 @@ fn process(inner: &Inner, chunk: &Chunk) {
         return;
     }
     Counters::add(&inner.counters.publish_calls, 1);
-    let spans = PublishSpans::start(&chunk.events);
+    let spans = PublishSpans::start(&chunk.events, cfg.rocketmq.tag_source);
     let outcomes = match catch_unwind(AssertUnwindSafe(|| inner.publisher.publish(&chunk.events, timeout))) {
         Ok(v) if v.len() == chunk.events.len() => v,
         Ok(v) => {

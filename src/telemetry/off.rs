@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::Handled;
+use crate::config::TagSource;
 use crate::event::OutboundEvent;
 use crate::publisher::SendOutcome;
 
@@ -15,7 +16,7 @@ pub(crate) struct PublishSpans;
 
 impl PublishSpans {
     #[inline]
-    pub(crate) fn start(_events: &[OutboundEvent]) -> PublishSpans {
+    pub(crate) fn start(_events: &[OutboundEvent], _tag_source: TagSource) -> PublishSpans {
         PublishSpans
     }
 

@@ -8,6 +8,7 @@ use opentelemetry::trace::{
 use opentelemetry::{global, Context, ContextGuard, KeyValue};
 
 use super::Handled;
+use crate::config::TagSource;
 use crate::event::OutboundEvent;
 use crate::publisher::SendOutcome;
 use crate::trace::{context_of, TraceParent};
@@ -54,7 +55,9 @@ fn parent(tp: &TraceParent, tracestate: Option<&str>) -> Context {
 pub(crate) struct PublishSpans(Vec<Option<Context>>);
 
 impl PublishSpans {
-    pub(crate) fn start(events: &[OutboundEvent]) -> PublishSpans {
+    /// `tag_source`: the relay's `rocketmq.tag.source`, with which the span names the tag the
+    /// message is sent with ([`wire::tag`]), whether the row sets one or not.
+    pub(crate) fn start(events: &[OutboundEvent], tag_source: TagSource) -> PublishSpans {
         if !events.iter().any(|e| e.headers.contains_key(wire::TRACEPARENT)) {
             return PublishSpans(Vec::new());
         }
@@ -76,8 +79,9 @@ impl PublishSpans {
                         KeyValue::new("outbox.event.key", e.key.clone()),
                         KeyValue::new("outbox.attempt", i64::from(e.attempt) + 1),
                     ];
-                    if let Some(tag) = &e.tag {
-                        attributes.push(KeyValue::new("messaging.rocketmq.message.tag", tag.clone()));
+                    let by_event_type = tag_source == TagSource::EventType;
+                    if let Some(tag) = wire::tag(e.tag.as_deref(), &e.event_type, by_event_type) {
+                        attributes.push(KeyValue::new("messaging.rocketmq.message.tag", tag.to_string()));
                     }
                     let span = tracer
                         .span_builder("outbox.publish")

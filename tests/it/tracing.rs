@@ -259,6 +259,59 @@ fn an_event_written_inside_a_span_carries_that_span_s_context() {
     assert!(stored.contains(&given.to_header()), "{stored}");
 }
 
+/// Writes `events` in one transaction; their ids.
+fn enqueue(db: &TestDb, events: &[NewEvent]) -> Vec<u64> {
+    let mut conn = db.conn();
+    let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+    let ids = events
+        .iter()
+        .map(|e| outbox::enqueue_in_tx(&mut tx, e).unwrap())
+        .collect();
+    tx.commit().unwrap();
+    ids
+}
+
+#[test]
+fn the_publish_span_carries_the_tag_the_message_is_sent_with() {
+    spans();
+    let db = TestDb::new("trace_tag");
+    let (untagged, tagged, untagged_none) = (new_traceparent(), new_traceparent(), new_traceparent());
+    let ids = enqueue(
+        &db,
+        &[
+            NewEvent::new("ORD-1", "ORDER_PAID", "{}").with_trace_context(untagged.to_header(), None),
+            NewEvent::new("ORD-2", "ORDER_PAID", "{}")
+                .with_tag("VIP")
+                .with_trace_context(tagged.to_header(), None),
+        ],
+    );
+    // rocketmq.tag.source = event-type (the default): an untagged event is sent tagged with its
+    // event type, and its span says so; a row's own tag wins.
+    let rec = Recorder::new();
+    let relay = Relay::start(db.config(), rec.clone()).unwrap();
+    assert!(wait_until(LONG, || ids.iter().all(|id| rec.sends_of(*id) == 1)));
+    relay.stop(Duration::from_secs(5));
+    let tag = |tp: &TraceParent| {
+        let publish = spans_of(tp, "outbox.publish");
+        assert_eq!(publish.len(), 1, "{publish:#?}");
+        attr(&publish[0], "messaging.rocketmq.message.tag")
+    };
+    assert_eq!(tag(&untagged).as_deref(), Some("ORDER_PAID"));
+    assert_eq!(tag(&tagged).as_deref(), Some("VIP"));
+
+    // rocketmq.tag.source = none: an untagged event is sent without a tag, and its span has none.
+    let id = enqueue(
+        &db,
+        &[NewEvent::new("ORD-3", "ORDER_PAID", "{}").with_trace_context(untagged_none.to_header(), None)],
+    )[0];
+    let mut cfg = db.config();
+    cfg.set("rocketmq.tag.source", "none").unwrap();
+    let relay = Relay::start(cfg, rec.clone()).unwrap();
+    assert!(wait_until(LONG, || rec.sends_of(id) == 1));
+    relay.stop(Duration::from_secs(5));
+    assert_eq!(tag(&untagged_none), None);
+}
+
 fn traced(q: u32, offset: u64, key: &str, order: &str, tp: &TraceParent) -> Message {
     let mut m = order_message(q, offset, key, order, 10);
     m.properties.insert("traceparent".into(), tp.to_header());
@@ -409,11 +462,17 @@ fn through_the_broker_the_consumer_continues_the_order_service_s_trace() {
     let relay = Relay::start(cfg.clone(), Arc::new(RocketMqPublisher::start(&cfg).unwrap())).unwrap();
     let group = crate::rocketmq_e2e::unique("trace_points");
     let src = RocketMqSource::start(&SourceConfig::new("127.0.0.1:9876", &topic, &group)).unwrap();
+    let tag: Arc<Mutex<Option<String>>> = Arc::default();
+    let seen = tag.clone();
+    let handler = move |tx: &mut mysql::Transaction<'_>, m: &Message| -> Result<(), HandlerError> {
+        *seen.lock() = m.tag.clone();
+        credit(tx, m)
+    };
     let consumer = Consumer::start(
         ConsumerConfig::new(&group),
         db.pool.clone(),
         Arc::new(src),
-        Arc::new(credit),
+        Arc::new(handler),
     )
     .unwrap();
     assert!(wait_until(Duration::from_secs(120), || consumer.stats().processed == 1));
@@ -427,4 +486,11 @@ fn through_the_broker_the_consumer_continues_the_order_service_s_trace() {
     assert_child_of(&process[0], &tp);
     assert_eq!(attr(&process[0], "messaging.destination.name"), Some(topic));
     assert!(attr(&publish[0], "messaging.message.id").is_some());
+    // The span names the tag the message went out with (the event type: the row sets none).
+    assert_eq!(
+        attr(&publish[0], "messaging.rocketmq.message.tag"),
+        tag.lock().clone(),
+        "the tag the consumer received"
+    );
+    assert_eq!(tag.lock().as_deref(), Some("ORDER_PAID"));
 }
