@@ -137,7 +137,7 @@ pub(crate) fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), Er
     }
     if let Some(ts) = headers.get(TRACESTATE) {
         if !headers.contains_key(TRACEPARENT) {
-            return Err(invalid(TRACESTATE, "is given without a traceparent".into()));
+            return Err(invalid(TRACESTATE, format!("{ts:?} is given without a traceparent")));
         }
         check_tracestate(ts).map_err(|why| invalid(TRACESTATE, format!("{ts:?} {why}")))?;
     }
@@ -222,6 +222,19 @@ mod tests {
         assert!(check_tracestate("novalue").unwrap_err().contains("key=value"));
         assert!(check_tracestate("Upper=x").unwrap_err().contains("key"));
         assert!(check_tracestate("k=a=b").unwrap_err().contains("value"));
+    }
+
+    #[test]
+    fn a_tracestate_without_a_traceparent_is_refused_showing_its_value() {
+        let mut h = BTreeMap::new();
+        h.insert(TRACESTATE.to_string(), "rojo=00f067aa0ba902b7".to_string());
+        match check_headers(&h).unwrap_err() {
+            Error::InvalidEvent { field, reason } => {
+                assert_eq!(field, TRACESTATE);
+                assert_eq!(reason, "\"rojo=00f067aa0ba902b7\" is given without a traceparent");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

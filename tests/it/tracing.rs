@@ -410,7 +410,7 @@ fn a_malformed_trace_context_is_refused_naming_the_header_and_nothing_is_stored(
         (
             NewEvent::new("ORD-1", "T", "{}").with_header("tracestate", "k=v"),
             "tracestate",
-            "without a traceparent",
+            "\"k=v\" is given without a traceparent",
         ),
         (
             NewEvent::new("ORD-1", "T", "{}").with_header("eventCreatedAt", "0"),
