@@ -312,6 +312,40 @@ fn the_publish_span_carries_the_tag_the_message_is_sent_with() {
     assert_eq!(tag(&untagged_none), None);
 }
 
+#[test]
+fn an_unsampled_context_gets_no_recorded_span_and_travels_unchanged() {
+    spans();
+    let db = TestDb::new("trace_unsampled");
+    points_table(&db);
+    let unsampled = TraceParent {
+        flags: 0,
+        ..new_traceparent()
+    };
+    let id = enqueue(
+        &db,
+        &[NewEvent::new("ORD-1", "ORDER_PAID", "{}").with_trace_context(unsampled.to_header(), None)],
+    )[0];
+    let rec = Recorder::new();
+    let relay = Relay::start(db.config(), rec.clone()).unwrap();
+    assert!(wait_until(LONG, || rec.sends_of(id) == 1));
+    relay.stop(Duration::from_secs(5));
+    // Sent with the context as stored, flags 00 included.
+    let sent = rec.sent_events.lock().iter().find(|e| e.id == id).cloned().unwrap();
+    assert_eq!(sent.headers.get("traceparent"), Some(&unsampled.to_header()));
+    assert!(unsampled.to_header().ends_with("-00"));
+
+    // The consumer sees it, and handles the message without a recorded span either.
+    let source = MemSource::with(vec![traced(0, 1, "k-1", "ORD-1", &unsampled)]);
+    let consumer = Consumer::start(config("points"), db.pool.clone(), source, Arc::new(credit)).unwrap();
+    assert!(wait_until(LONG, || consumer.stats().processed == 1));
+    consumer.stop();
+
+    // OpenTelemetry's default sampler follows the parent: an unsampled parent, no span recorded
+    // (docs/tracing.md, "Unsampled contexts get no exported span").
+    assert!(spans_of(&unsampled, "outbox.publish").is_empty());
+    assert!(spans_of(&unsampled, "outbox.process").is_empty());
+}
+
 fn traced(q: u32, offset: u64, key: &str, order: &str, tp: &TraceParent) -> Message {
     let mut m = order_message(q, offset, key, order, 10);
     m.properties.insert("traceparent".into(), tp.to_header());
