@@ -41,3 +41,31 @@ fn readme_table_of_keys_matches_the_declarations() {
         );
     }
 }
+
+/// `docs/architecture.md`, "Adding a setting", shows the declaration of `batch.size` as it is in
+/// `src/config/settings.rs` (comments aside).
+#[test]
+fn the_declaration_shown_in_docs_architecture_md_is_the_real_one() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let block = |text: &str| -> Vec<String> {
+        let start = text.find("\"batch.size\" {").expect("a declaration of batch.size");
+        // Its closing brace, indented in the table, at the start of the line in the document.
+        let end = ["\n    }\n", "\n}\n"]
+            .iter()
+            .filter_map(|close| text[start..].find(close))
+            .min()
+            .map(|n| start + n)
+            .expect("its end");
+        text[start..end]
+            .lines()
+            .map(|l| l.split(" //").next().unwrap_or("").trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect()
+    };
+    let declared = block(&std::fs::read_to_string(root.join("src/config/settings.rs")).unwrap());
+    let shown = block(&std::fs::read_to_string(root.join("docs/architecture.md")).unwrap());
+    assert_eq!(
+        shown, declared,
+        "docs/architecture.md shows another declaration of batch.size"
+    );
+}
