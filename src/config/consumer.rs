@@ -123,3 +123,38 @@ impl Default for ConsumerConfig {
         ConsumerConfig::new("")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fields written directly are checked by their keys' kinds, as `Config::set` checks them.
+    #[test]
+    fn fields_written_directly_are_checked_as_their_keys_are() {
+        ConsumerConfig::new("g").validate().unwrap();
+        let refused = |c: ConsumerConfig, key: &str, value: &str| {
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(&format!("{value:?}")), "{e}");
+        };
+        let mut c = ConsumerConfig::new("g");
+        c.threads = 257;
+        refused(c, "consumer.threads", "257");
+        let mut c = ConsumerConfig::new("g");
+        c.batch_max = MAX_BATCH_MAX + 1;
+        refused(c, "consumer.batch.max", "4097");
+        let mut c = ConsumerConfig::new("g");
+        c.inbox_table = "in box".into();
+        refused(c, "inbox.table", "in box");
+        // Shorter than the minimum, even shorter than a millisecond: never read as "keep".
+        for short in [Duration::ZERO, Duration::from_micros(500), Duration::from_secs(60)] {
+            let mut c = ConsumerConfig::new("g");
+            c.retention = Some(short);
+            refused(c, "inbox.retention.ms", &short.as_millis().to_string());
+        }
+        let mut c = ConsumerConfig::new("g");
+        c.retention = None;
+        c.validate().unwrap();
+        c.backoff_max = c.backoff_initial / 2;
+        refused(c, "consumer.backoff.max.ms", "100");
+    }
+}

@@ -1,5 +1,6 @@
-//! The typed configuration: [`Config`] and the enums of its values, the project's defaults, the
-//! seed-compatible profile, and the checks of values against each other.
+//! The typed configuration: [`Config`] and the enums of its values, built from the declared
+//! defaults (`settings.rs`), the seed-compatible profile, and the checks of values against each
+//! other.
 
 use std::time::Duration;
 
