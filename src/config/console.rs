@@ -27,14 +27,8 @@ pub struct ConsoleConfig {
 }
 
 impl Default for ConsoleConfig {
+    /// The declared defaults of the `console.*` keys (`settings.rs`).
     fn default() -> ConsoleConfig {
-        ConsoleConfig {
-            enabled: false,
-            listen: DEFAULT_CONSOLE_LISTEN.into(),
-            admin_token: None,
-            read_token: None,
-            read_open: false,
-            consumer_db_url: None,
-        }
+        super::Config::default().console
     }
 }

@@ -76,78 +76,35 @@ pub struct ConsumerConfig {
 }
 
 impl ConsumerConfig {
+    /// The declared defaults (the `consumer.*` and `inbox.*` keys of `settings.rs`) for `group`.
     pub fn new(group: &str) -> ConsumerConfig {
         ConsumerConfig {
             group: group.to_string(),
-            inbox_table: DEFAULT_INBOX_TABLE.into(),
-            dead_letter_table: DEFAULT_DEAD_LETTER_TABLE.into(),
-            threads: 4,
-            max_attempts: 5,
-            backoff_initial: Duration::from_millis(200),
-            backoff_max: Duration::from_secs(10),
-            persist_interval: Duration::from_secs(1),
-            replay_interval: Duration::from_secs(2),
-            queue_capacity: 256,
-            batch_max: DEFAULT_BATCH_MAX,
-            retention: Some(DEFAULT_INBOX_RETENTION),
-            retention_interval: Duration::from_secs(60),
-            inbox: true,
-            start_from: StartFrom::First,
-            pull_batch: 32,
+            ..super::Config::default().consumer
         }
     }
 
-    /// The first bad field, named with its key and value (the group is checked where it is
-    /// used: the inbox and the source check it with RocketMQ's rules).
+    /// The first bad field, named with its key and value: each is checked by its key's kind,
+    /// as `Config::set` checks it (the group is checked where it is used: the inbox and the
+    /// source check it with RocketMQ's rules).
     pub fn validate(&self) -> Result<()> {
-        super::table_name("inbox.table", &self.inbox_table)?;
-        super::table_name("inbox.dead_letter.table", &self.dead_letter_table)?;
-        let bad = |key: &str, value: String, reason: &str| -> Result<()> {
-            Err(ConfigError::invalid(key, value, reason).into())
+        let config = super::Config {
+            consumer: self.clone(),
+            ..super::Config::default()
         };
-        if self.threads == 0 || self.threads > 256 {
-            return bad("consumer.threads", self.threads.to_string(), "must be 1 to 256");
-        }
-        if self.max_attempts == 0 {
-            return bad("consumer.max.attempts", "0".into(), "must be at least 1");
-        }
-        if self.backoff_initial.is_zero() {
-            return bad("consumer.backoff.initial.ms", "0".into(), "must be at least 1");
+        for s in super::KEYS.iter().filter(|s| s.read_by == super::Reader::Consumer) {
+            s.check(&config)?;
         }
         if self.backoff_max < self.backoff_initial {
-            return bad(
+            return Err(ConfigError::invalid(
                 "consumer.backoff.max.ms",
-                self.backoff_max.as_millis().to_string(),
-                &format!(
+                self.backoff_max.as_millis(),
+                format!(
                     "must not be below consumer.backoff.initial.ms ({})",
                     self.backoff_initial.as_millis()
                 ),
-            );
-        }
-        if self.batch_max == 0 || self.batch_max > MAX_BATCH_MAX {
-            return bad(
-                "consumer.batch.max",
-                self.batch_max.to_string(),
-                "must be 1 (one message per transaction) to 4096",
-            );
-        }
-        if self.queue_capacity == 0 {
-            return bad("consumer.queue.capacity", "0".into(), "must be at least 1");
-        }
-        if let Some(r) = self.retention.filter(|r| *r < MIN_INBOX_RETENTION) {
-            return bad("inbox.retention.ms", r.as_millis().to_string(), RETENTION_TOO_SHORT);
-        }
-        if self.pull_batch == 0 || self.pull_batch > 1024 {
-            return bad("consumer.pull.batch", self.pull_batch.to_string(), "must be 1 to 1024");
-        }
-        for (key, interval) in [
-            ("consumer.persist.interval.ms", self.persist_interval),
-            ("consumer.replay.interval.ms", self.replay_interval),
-            ("inbox.retention.interval.ms", self.retention_interval),
-        ] {
-            if interval.is_zero() {
-                return bad(key, "0".into(), "must be at least 1");
-            }
+            )
+            .into());
         }
         Ok(())
     }
@@ -160,14 +117,44 @@ impl ConsumerConfig {
     }
 }
 
-/// Why a retention under [`MIN_INBOX_RETENTION`] is refused.
-pub(super) const RETENTION_TOO_SHORT: &str =
-    "must be 0 (keep marks) or at least 3600000 (1 h): RocketMQ redelivers an \
-     unacknowledged message for hours, and a copy arriving after its mark is deleted is handled again";
-
 impl Default for ConsumerConfig {
     /// The defaults, with no group (the consumer's start names it).
     fn default() -> ConsumerConfig {
         ConsumerConfig::new("")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fields written directly are checked by their keys' kinds, as `Config::set` checks them.
+    #[test]
+    fn fields_written_directly_are_checked_as_their_keys_are() {
+        ConsumerConfig::new("g").validate().unwrap();
+        let refused = |c: ConsumerConfig, key: &str, value: &str| {
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(&format!("{value:?}")), "{e}");
+        };
+        let mut c = ConsumerConfig::new("g");
+        c.threads = 257;
+        refused(c, "consumer.threads", "257");
+        let mut c = ConsumerConfig::new("g");
+        c.batch_max = MAX_BATCH_MAX + 1;
+        refused(c, "consumer.batch.max", "4097");
+        let mut c = ConsumerConfig::new("g");
+        c.inbox_table = "in box".into();
+        refused(c, "inbox.table", "in box");
+        // Shorter than the minimum, even shorter than a millisecond: never read as "keep".
+        for short in [Duration::ZERO, Duration::from_micros(500), Duration::from_secs(60)] {
+            let mut c = ConsumerConfig::new("g");
+            c.retention = Some(short);
+            refused(c, "inbox.retention.ms", &short.as_millis().to_string());
+        }
+        let mut c = ConsumerConfig::new("g");
+        c.retention = None;
+        c.validate().unwrap();
+        c.backoff_max = c.backoff_initial / 2;
+        refused(c, "consumer.backoff.max.ms", "100");
     }
 }

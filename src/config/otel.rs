@@ -14,10 +14,8 @@ pub struct OtelConfig {
 }
 
 impl Default for OtelConfig {
+    /// The declared defaults of the `otel.*` keys (`settings.rs`).
     fn default() -> Self {
-        OtelConfig {
-            endpoint: None,
-            service_name: DEFAULT_OTEL_SERVICE_NAME.to_string(),
-        }
+        super::Config::default().otel
     }
 }

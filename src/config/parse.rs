@@ -67,10 +67,6 @@ pub(super) fn choice<T: Copy>(key: &str, v: &str, options: &[(&str, T)]) -> Resu
         })
 }
 
-pub(super) fn optional(v: &str) -> Option<String> {
-    (!v.is_empty()).then(|| v.to_string())
-}
-
 pub(super) fn printable(key: &str, v: &str, max: usize) -> Result<String, ConfigError> {
     if v.is_empty() {
         return Err(ConfigError::invalid(key, v, "must not be empty"));
@@ -132,24 +128,4 @@ pub(super) fn namesrv(key: &str, v: &str) -> Result<String, ConfigError> {
         }
     }
     Ok(v.to_string())
-}
-
-/// A secret token: empty means none; otherwise at least [`super::MIN_TOKEN_CHARS`] printable
-/// ASCII characters. The error never repeats the value (it is a secret).
-pub(super) fn token(key: &str, v: &str) -> Result<Option<String>, ConfigError> {
-    if v.is_empty() {
-        return Ok(None);
-    }
-    let n = v.chars().count();
-    if n < super::MIN_TOKEN_CHARS || !v.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(ConfigError::invalid(
-            key,
-            "***",
-            format!(
-                "must be at least {} printable ASCII characters without spaces (it has {n})",
-                super::MIN_TOKEN_CHARS
-            ),
-        ));
-    }
-    Ok(Some(v.to_string()))
 }

@@ -1,5 +1,6 @@
-//! The typed configuration: [`Config`] and the enums of its values, the project's defaults, the
-//! seed-compatible profile, and the checks of values against each other.
+//! The typed configuration: [`Config`] and the enums of its values, built from the declared
+//! defaults (`settings.rs`), the seed-compatible profile, and the checks of values against each
+//! other.
 
 use std::time::Duration;
 
@@ -81,26 +82,6 @@ pub enum Profile {
     /// The seed's settings ([`Config::seed_compatible`]).
     Seed,
 }
-
-/// The keys a [`Profile`] sets.
-const PROFILE_KEYS: &[&str] = &[
-    "claim.strategy",
-    "batch.size",
-    "scan.interval.ms",
-    "scan.drain",
-    "reclaim.interval.ms",
-    "lease.ms",
-    "lease.renew.fraction",
-    "max.retry",
-    "backoff.policy",
-    "backoff.base.ms",
-    "backoff.max.ms",
-    "backoff.jitter",
-    "workers",
-    "publish.batch.max",
-    "max.in.flight",
-    "topic",
-];
 
 /// The keys given a value with [`Config::set`], which a profile leaves as they are. Bookkeeping
 /// only: two configurations with the same values are equal whichever keys were set.
@@ -224,62 +205,19 @@ pub struct Config {
     pub console: super::ConsoleConfig,
 }
 
+/// The declared defaults (`settings.rs`), built once.
+static DEFAULTS: std::sync::LazyLock<Config> = std::sync::LazyLock::new(|| {
+    let mut c = Config::blank();
+    for s in super::KEYS.iter().filter(|s| !s.default.is_empty()) {
+        (s.set)(&mut c, s.default).unwrap_or_else(|e| panic!("the declared default of {}: {e}", s.key));
+    }
+    c
+});
+
 impl Default for Config {
+    /// Every key at its declared default (`settings.rs`).
     fn default() -> Self {
-        Config {
-            profile: Profile::Default,
-            db_url: String::new(),
-            startup_db_wait: Duration::from_secs(300),
-            db_pool_max: 8,
-            table: "t_event_record".into(),
-            instance_id: None,
-            service_name: "outbox".into(),
-            service_port: None,
-            claim_strategy: ClaimStrategy::SkipLocked,
-            batch_size: 500,
-            scan_interval: Duration::from_millis(1000),
-            scan_drain: true,
-            reclaim_interval: Duration::from_secs(10),
-            lease: Duration::from_secs(120),
-            lease_renew_fraction: 0.5,
-            max_retry: 5,
-            backoff: Backoff {
-                policy: BackoffPolicy::Quadratic,
-                base: Duration::from_secs(5),
-                max: Duration::from_secs(600),
-                jitter: 0.0,
-            },
-            workers: 4,
-            publish_batch_max: 128,
-            max_in_flight: 1000,
-            send_timeout: Duration::from_secs(3),
-            payload_max_bytes: 4 * 1024 * 1024,
-            topic: "ORDER_EVENT_TOPIC".into(),
-            breaker_failure_threshold: 5,
-            breaker_open: Duration::from_secs(5),
-            ordering: Ordering::None,
-            ordering_dead_head: DeadHeadPolicy::Skip,
-            publisher: PublisherKind::RocketMq,
-            rocketmq: RocketMqConfig {
-                namesrv: "127.0.0.1:9876".into(),
-                producer_group: "outbox_producer".into(),
-                retries: 0,
-                access_key: None,
-                secret_key: None,
-                tag_source: TagSource::EventType,
-            },
-            retention_age: None,
-            retention_batch: 500,
-            retention_interval: Duration::from_secs(60),
-            retention_round_max: Duration::from_secs(2),
-            metrics_listen: None,
-            otel: super::OtelConfig::default(),
-            explicit: ExplicitKeys::default(),
-            log_level: None,
-            db_pool_wait: Some(Duration::from_secs(30)),
-            consumer: super::ConsumerConfig::default(),
-            console: super::ConsoleConfig::default(),
-        }
+        DEFAULTS.clone()
     }
 }
 
@@ -300,44 +238,105 @@ impl Config {
         c
     }
 
-    /// The values of a profile, on top of the defaults.
-    fn profile_values(profile: Profile) -> Config {
-        let mut c = Config::default();
-        if profile == Profile::Seed {
-            c.claim_strategy = ClaimStrategy::PerRow;
-            c.batch_size = 20;
-            c.scan_interval = Duration::from_secs(5);
-            c.scan_drain = false;
-            c.reclaim_interval = Duration::from_secs(60);
-            c.lease = Duration::from_secs(600);
-            c.lease_renew_fraction = 0.0;
-            c.max_retry = 3;
-            c.backoff = Backoff {
-                policy: BackoffPolicy::Quadratic,
-                base: Duration::from_secs(5),
-                max: Duration::from_secs(3600),
-                jitter: 0.0,
-            };
-            c.workers = 1;
-            c.publish_batch_max = 1;
-            c.max_in_flight = 20;
-            c.topic = "ORDER_EVENT_TOPIC".into();
-        }
-        c
-    }
-
-    /// Sets every value a profile defines, except the keys already given a value with
-    /// [`Config::set`]: those win whatever order the keys come in (a TOML file, a Go map, Java
-    /// properties).
+    /// Sets every value a profile defines (the keys declared with a `seed` value: the seed's, or
+    /// the defaults), except the keys already given a value with [`Config::set`]: those win
+    /// whatever order the keys come in (a TOML file, a Go map, Java properties).
     pub fn apply_profile(&mut self, profile: Profile) {
-        let target = Config::profile_values(profile);
-        for key in PROFILE_KEYS {
-            if !self.explicit.0.contains(key) {
-                let v = target.get(key).expect("a profile key");
-                self.set_value(key, &v).expect("a profile's values are valid");
+        for s in super::KEYS {
+            let Some(seed) = s.seed else { continue };
+            if !self.explicit.0.contains(s.key) {
+                let v = if profile == Profile::Seed { seed } else { s.default };
+                (s.set)(self, v).expect("a profile's values are valid");
             }
         }
         self.profile = profile;
+    }
+
+    /// Every field at a placeholder of its type, or at none: the start of [`Config::default`],
+    /// which sets each key with a non-empty default to it (a key declared with an empty default
+    /// keeps the empty or `None` it has here; a test checks that each reads back as declared).
+    fn blank() -> Config {
+        Config {
+            profile: Profile::Default,
+            db_url: String::new(),
+            startup_db_wait: Duration::ZERO,
+            db_pool_max: 0,
+            table: String::new(),
+            instance_id: None,
+            service_name: String::new(),
+            service_port: None,
+            claim_strategy: ClaimStrategy::SkipLocked,
+            batch_size: 0,
+            scan_interval: Duration::ZERO,
+            scan_drain: false,
+            reclaim_interval: Duration::ZERO,
+            lease: Duration::ZERO,
+            lease_renew_fraction: 0.0,
+            max_retry: 0,
+            backoff: Backoff {
+                policy: BackoffPolicy::Fixed,
+                base: Duration::ZERO,
+                max: Duration::ZERO,
+                jitter: 0.0,
+            },
+            workers: 0,
+            publish_batch_max: 0,
+            max_in_flight: 0,
+            send_timeout: Duration::ZERO,
+            payload_max_bytes: 0,
+            topic: String::new(),
+            breaker_failure_threshold: 0,
+            breaker_open: Duration::ZERO,
+            ordering: Ordering::None,
+            ordering_dead_head: DeadHeadPolicy::Skip,
+            publisher: PublisherKind::None,
+            rocketmq: RocketMqConfig {
+                namesrv: String::new(),
+                producer_group: String::new(),
+                retries: 0,
+                access_key: None,
+                secret_key: None,
+                tag_source: TagSource::None,
+            },
+            retention_age: None,
+            retention_batch: 0,
+            retention_interval: Duration::ZERO,
+            retention_round_max: Duration::ZERO,
+            metrics_listen: None,
+            otel: super::OtelConfig {
+                endpoint: None,
+                service_name: String::new(),
+            },
+            explicit: ExplicitKeys::default(),
+            log_level: None,
+            db_pool_wait: None,
+            consumer: super::ConsumerConfig {
+                group: String::new(),
+                inbox_table: String::new(),
+                dead_letter_table: String::new(),
+                threads: 0,
+                max_attempts: 0,
+                backoff_initial: Duration::ZERO,
+                backoff_max: Duration::ZERO,
+                persist_interval: Duration::ZERO,
+                replay_interval: Duration::ZERO,
+                queue_capacity: 0,
+                batch_max: 0,
+                retention: None,
+                retention_interval: Duration::ZERO,
+                inbox: false,
+                start_from: super::StartFrom::First,
+                pull_batch: 0,
+            },
+            console: super::ConsoleConfig {
+                enabled: false,
+                listen: String::new(),
+                admin_token: None,
+                read_token: None,
+                read_open: false,
+                consumer_db_url: None,
+            },
+        }
     }
 
     /// The longest instance id derived from `service.name` and `service.port` can be (the

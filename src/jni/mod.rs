@@ -40,7 +40,7 @@ use boundary::{guard, string_array, Failure, JResult};
 
 /// Version of the contract between `outbox.jar` and this library (the set of native methods
 /// and their signatures). The jar refuses a library with another value.
-pub const JNI_ABI_VERSION: jint = 3;
+pub const JNI_ABI_VERSION: jint = 4;
 
 // ---------------------------------------------------------------------------------------------
 // results
@@ -132,14 +132,26 @@ pub extern "system" fn Java_io_outbox_Native_features<'l>(mut env: JNIEnv<'l>, _
     })
 }
 
-/// `[key0, doc0, key1, doc1, ...]` in documentation order.
+/// `[key0, doc0, redaction0, key1, doc1, redaction1, ...]` in documentation order; a redaction
+/// is `secret` (shown as `***`), `url` (the password of a URL hidden) or empty (shown as is).
 #[no_mangle]
 pub extern "system" fn Java_io_outbox_Native_configKeyDocs<'l>(
     mut env: JNIEnv<'l>,
     _class: JClass<'l>,
 ) -> jobjectArray {
     guard(&mut env, null_mut(), |env| {
-        let flat: Vec<&str> = crate::KEYS.iter().flat_map(|k| [k.key, k.doc]).collect();
+        use crate::config::Redaction;
+        let flat: Vec<&str> = crate::config::KEYS
+            .iter()
+            .flat_map(|k| {
+                let redaction = match k.redaction {
+                    Redaction::Hidden => "secret",
+                    Redaction::UrlPassword => "url",
+                    Redaction::Shown => "",
+                };
+                [k.key, k.doc, redaction]
+            })
+            .collect();
         Ok(string_array(env, &flat)?.into_raw())
     })
 }

@@ -284,7 +284,7 @@ fn main() -> ExitCode {
         command: ConfigCommand::Example,
     } = cli.command
     {
-        print!("{}", example_toml());
+        print!("{}", outbox::config::example_toml());
         return ExitCode::SUCCESS;
     }
     let effective = match settings::load(cli.config.as_deref(), &cli.sets, |v| std::env::var(v).ok()) {
@@ -340,25 +340,6 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-/// Every key with its default, as a commented TOML file.
-fn example_toml() -> String {
-    let d = Config::default();
-    let mut out = String::from("# outbox.toml: every key with its default. Each key can also be set by an\n# environment variable (scan.interval.ms -> OUTBOX_SCAN_INTERVAL_MS) or by --set key=value.\n\n");
-    for k in KEYS {
-        out.push_str(&format!("# {}\n", k.doc));
-        let v = d.get(k.key).unwrap_or_default();
-        let quoted = v.parse::<f64>().is_ok() || v == "true" || v == "false";
-        if k.key == "db.url" {
-            out.push_str("\"db.url\" = \"mysql://root@127.0.0.1:3306/test\"\n\n");
-        } else if quoted {
-            out.push_str(&format!("\"{}\" = {v}\n\n", k.key));
-        } else {
-            out.push_str(&format!("\"{}\" = \"{v}\"\n\n", k.key));
-        }
-    }
-    out
 }
 
 fn pool(config: &Config) -> outbox::Result<mysql::Pool> {

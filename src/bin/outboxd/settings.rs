@@ -163,7 +163,7 @@ pub fn load(
 
 /// Errors name the value, but never a secret or a password in a URL.
 fn redact_error(key: &str, e: ConfigError) -> String {
-    if outbox::config::SECRET_KEYS.contains(&key) {
+    if outbox::config::setting(key).is_some_and(|s| s.is_secret()) {
         if let ConfigError::InvalidValue { key, reason, .. } = e {
             return format!("invalid value \"***\" for {key}: {reason}");
         }

@@ -12,7 +12,7 @@ import java.util.concurrent.ConcurrentHashMap;
  */
 final class Native {
     /** Must equal {@code JNI_ABI_VERSION} in src/jni/mod.rs. */
-    static final int ABI_VERSION = 3;
+    static final int ABI_VERSION = 4;
 
     /** System property naming the library file, or a directory holding it. */
     static final String PATH_PROPERTY = "outbox.library.path";
@@ -282,6 +282,7 @@ final class Native {
 
     static native String[] features();
 
+    /** {@code [key0, doc0, redaction0, key1, ...]}: a redaction is {@code secret}, {@code url} or empty. */
     static native String[] configKeyDocs();
 
     static native String configDefault(String key);

@@ -2,6 +2,7 @@ package io.outbox;
 
 import java.time.Duration;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Objects;
@@ -28,8 +29,6 @@ import java.util.Properties;
  * Not thread-safe while being built; {@link Outbox#start} takes a snapshot.
  */
 public final class OutboxConfig {
-    private static final String[] SECRET_KEYS = {"rocketmq.access.key", "rocketmq.secret.key"};
-
     private final LinkedHashMap<String, String> values = new LinkedHashMap<>();
 
     /** An empty configuration: every key at its default ({@code db.url} is required). */
@@ -173,13 +172,39 @@ public final class OutboxConfig {
      * @return every key the library knows, with what it means, in documentation order
      */
     public static Map<String, String> keys() {
-        Native.ensureLoaded();
-        String[] flat = Native.configKeyDocs();
-        LinkedHashMap<String, String> m = new LinkedHashMap<>();
-        for (int i = 0; i + 1 < flat.length; i += 2) {
-            m.put(flat[i], flat[i + 1]);
+        return Keys.ofLibrary().docs;
+    }
+
+    /** The library's keys, read from it once: their docs and how their values are shown. */
+    private static final class Keys {
+        private static volatile Keys read;
+
+        final Map<String, String> docs;
+        /** {@code secret} (shown as {@code ***}) or {@code url} (its password hidden), by key. */
+        final Map<String, String> redactions;
+
+        private Keys(String[] flat) {
+            LinkedHashMap<String, String> d = new LinkedHashMap<>();
+            Map<String, String> r = new HashMap<>();
+            for (int i = 0; i + 2 < flat.length; i += 3) {
+                d.put(flat[i], flat[i + 1]);
+                if (!flat[i + 2].isEmpty()) {
+                    r.put(flat[i], flat[i + 2]);
+                }
+            }
+            docs = Collections.unmodifiableMap(d);
+            redactions = Collections.unmodifiableMap(r);
         }
-        return Collections.unmodifiableMap(m);
+
+        static Keys ofLibrary() {
+            Keys k = read;
+            if (k == null) {
+                Native.ensureLoaded();
+                k = new Keys(Native.configKeyDocs());
+                read = k;
+            }
+            return k;
+        }
     }
 
     /**
@@ -217,13 +242,13 @@ public final class OutboxConfig {
         return b.append('}').toString();
     }
 
+    /** {@code value} as the library shows it: a secret as {@code ***}, a URL without its password. */
     static String masked(String key, String value) {
-        for (String s : SECRET_KEYS) {
-            if (s.equals(key) && !value.isEmpty()) {
-                return "***";
-            }
+        String redaction = Keys.ofLibrary().redactions.getOrDefault(key, "");
+        if (redaction.equals("secret") && !value.isEmpty()) {
+            return "***";
         }
-        if (key.equals("db.url")) {
+        if (redaction.equals("url")) {
             return value.replaceFirst("^([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@]*):[^@]*@", "$1:***@");
         }
         return value;

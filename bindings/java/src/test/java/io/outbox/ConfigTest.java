@@ -126,6 +126,18 @@ public class ConfigTest {
     }
 
     @Test
+    public void to_string_masks_every_secret_and_url_password_the_library_declares() {
+        OutboxConfig c = new OutboxConfig().set("console.admin.token", "admin-token-0123456789")
+                .set("console.read.token", "read-token-0123456789").set("console.consumer.db.url", "mysql://cons:hunter3@db/inbox");
+        String s = c.toString();
+        assertFalse(s, s.contains("admin-token-0123456789"));
+        assertFalse(s, s.contains("read-token-0123456789"));
+        assertFalse(s, s.contains("hunter3"));
+        assertTrue(s, s.contains("console.admin.token=***") && s.contains("console.read.token=***"));
+        assertTrue(s, s.contains("mysql://cons:***@db/inbox"));
+    }
+
+    @Test
     public void null_key_or_value_is_a_java_npe_not_a_crash() {
         assertThrows(NullPointerException.class, () -> new OutboxConfig().set(null, "1"));
         assertThrows(NullPointerException.class, () -> new OutboxConfig().set("workers", (String) null));
