@@ -102,8 +102,11 @@ pub(crate) fn guard<'local, R>(
 ///
 /// ```ignore
 /// jni_entry! {
-///     /// Wakes the relay.
-///     fn Java_io_outbox_Native_notifyRelay(handle: jlong) -> () = (), |_| Ok(handles::relay(handle)?.notify()?)
+///     /// Doc comment of the entry point.
+///     fn Java_io_outbox_Native_nameInJava(handle: jlong, key: JString<'l>) -> jstring = null_mut(), |env| {
+///         let key = string(env, &key, "key")?;
+///         jstr(env, host_operation(handles::relay(handle)?, &key)?)
+///     }
 /// }
 /// ```
 macro_rules! jni_entry {

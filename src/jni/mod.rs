@@ -1,9 +1,10 @@
 //! JNI glue for `bindings/java` (package `io.outbox`, class `Native`).
 //!
-//! Every entry point goes through [`boundary::guard`]: panics are caught, every error becomes
-//! the Java exception of its kind (`OutboxConfigException`, `OutboxInvalidEventException`,
-//! `OutboxDatabaseException`, `OutboxStoppedException`, ...), and nothing but a pending
-//! exception and a harmless default reaches the JVM.
+//! Every entry point is a `jni_entry!` and goes through [`boundary::guard`]: panics are caught,
+//! every error becomes the Java exception of its kind (`OutboxConfigException`,
+//! `OutboxInvalidEventException`, `OutboxDatabaseException`, `OutboxStoppedException`, ...), and
+//! nothing but a pending exception and a harmless default reaches the JVM. An operation the C ABI
+//! offers too is written once in `crate::host`; the entry point converts its arguments and result.
 //!
 //! Relays, consumers and transactions are handed to Java as `long` handles that index a
 //! registry of `Arc`s: a handle is never a pointer, is never reused, and a closed or unknown
@@ -70,14 +71,6 @@ fn migration_array(env: &mut JNIEnv<'_>, r: &MigrationReport) -> JResult<jintArr
 
 fn clamp_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn jbool(b: bool) -> jboolean {
-    if b {
-        JNI_TRUE
-    } else {
-        JNI_FALSE
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -279,7 +272,7 @@ jni_entry! {
 
 jni_entry! {
     fn Java_io_outbox_Native_isRelaying(handle: jlong) -> jboolean = JNI_FALSE, |_| {
-        Ok(jbool(handles::relay(handle)?.relay.is_relaying()))
+        Ok(jboolean::from(handles::relay(handle)?.relay.is_relaying()))
     }
 }
 
