@@ -12,7 +12,9 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 }
 
 /// Everything that can go wrong in the library, by kind. Each variant names what was wrong.
+/// New kinds may be added: a `match` outside the crate needs a `_` arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A configuration key or value is wrong.
     #[error(transparent)]
@@ -43,6 +45,15 @@ pub enum Error {
     /// A broker client could not be created or started.
     #[error("publisher error: {0}")]
     Publisher(String),
+    /// The operating system refused to start one of the library's threads (`name`): too many
+    /// threads in the process or the system, or not enough memory. Not retriable: the limit or
+    /// the settings that size the thread pools (`workers`, `consumer.threads`) must change.
+    #[error("could not start thread {name}: {source}")]
+    Thread {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl Error {
@@ -217,6 +228,18 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_that_cannot_start_says_so_and_is_not_retriable() {
+        let e = Error::Thread {
+            name: "outbox-worker-0".into(),
+            source: std::io::Error::from(std::io::ErrorKind::WouldBlock),
+        };
+        assert!(!e.is_retriable());
+        let text = e.to_string();
+        assert!(text.starts_with("could not start thread outbox-worker-0: "), "{text}");
+        assert!(!text.contains("publisher"), "{text}");
+    }
+
+    #[test]
     fn url_errors_read_as_words() {
         let e = mysql::Opts::from_url("mysql://root@127.0.0.1:99999/x").unwrap_err();
         let text = Error::Db(e.into()).to_string();
@@ -226,7 +249,9 @@ mod tests {
 }
 
 /// A configuration error. Every variant names the key and, where there is one, the value.
+/// New kinds may be added: a `match` outside the crate needs a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The key is not a configuration key.
     UnknownKey { key: String },

@@ -40,6 +40,7 @@ pub use config::{Backoff, BackoffPolicy, ClaimStrategy, Config, KEYS};
 pub use db::connect;
 pub use error::{ConfigError, Error, Result};
 pub use event::{EventId, NewEvent};
+pub use host::start::{open, open_with, publisher_for, source_for};
 pub use migrate::{migrate, migrate_table, MigrationReport};
 pub use publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
 pub use relay::{
@@ -52,52 +53,6 @@ pub use store::{insert_statement, DeadLetter, Gauges, ScanPosition, INSERT_PARAM
 pub mod jni;
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;
-
-/// The publisher that `config.publisher` names: `None` for `publisher = none` (enqueue-only).
-/// RocketMQ needs the `rocketmq` feature; without it this is a config error naming the key.
-pub fn publisher_for(config: &Config) -> Result<Option<std::sync::Arc<dyn Publisher>>> {
-    match config.publisher {
-        config::PublisherKind::None => Ok(None),
-        #[cfg(feature = "rocketmq")]
-        config::PublisherKind::RocketMq => Ok(Some(std::sync::Arc::new(rocketmq::RocketMqPublisher::start(config)?))),
-        #[cfg(not(feature = "rocketmq"))]
-        config::PublisherKind::RocketMq => Err(ConfigError::InvalidValue {
-            key: "publisher".into(),
-            value: "rocketmq".into(),
-            reason: "this build has no RocketMQ support (cargo feature rocketmq); use publisher=none to enqueue only"
-                .into(),
-        }
-        .into()),
-    }
-}
-
-/// Starts a relay whose publisher is chosen by `config.publisher` (what the C ABI, the JNI
-/// binding and `outboxd` use).
-pub fn open(config: Config, dead_letter: Option<DeadLetterHook>) -> Result<Relay> {
-    open_with(config, dead_letter, None)
-}
-
-/// Like [`open`], with a hook called with each event's delivery times (what the bindings'
-/// latency stats are made of).
-pub fn open_with(config: Config, dead_letter: Option<DeadLetterHook>, latency: Option<LatencyHook>) -> Result<Relay> {
-    // Check the whole configuration before any broker client is created.
-    config.validate()?;
-    if let Some(level) = config.log_level {
-        log::set_max_level(level);
-    }
-    let publisher = publisher_for(&config)?;
-    let mut b = Relay::builder(config);
-    if let Some(p) = publisher {
-        b = b.publisher(p);
-    }
-    if let Some(h) = dead_letter {
-        b = b.dead_letter_hook(move |d| h(d));
-    }
-    if let Some(h) = latency {
-        b = b.latency_hook(move |d| h(d));
-    }
-    b.start()
-}
 
 /// The library version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -18,8 +18,10 @@ pub enum SendOutcome {
     Failed(SendError),
 }
 
-/// How a failed send is treated.
+/// How a failed send is treated. New kinds may be added: a `match` outside the crate needs a
+/// `_` arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FailureKind {
     /// The broker as a whole is unreachable (connection refused, no route, client shut down).
     /// Not the event's fault: the row goes back to WAIT without using an attempt, and the

@@ -185,7 +185,10 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
     std::thread::Builder::new()
         .name(name.to_string())
         .spawn(f)
-        .map_err(|e| Error::Publisher(format!("could not start thread {name}: {e}")))
+        .map_err(|source| Error::Thread {
+            name: name.to_string(),
+            source,
+        })
 }
 
 /// The handler thread of a queue: messages are routed by queue, so each queue is handled here

@@ -8,7 +8,8 @@ use std::ffi::{c_char, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::result::outbox_result::{self, *};
-use crate::error::panic_message;
+use crate::error::{panic_message, ConfigError, Error};
+use crate::host::error::HostError;
 
 /// The host's callback context; the host promises it may be used from any thread.
 #[derive(Clone, Copy)]
@@ -45,9 +46,8 @@ impl Failure {
     }
 }
 
-impl From<crate::Error> for Failure {
-    fn from(e: crate::Error) -> Failure {
-        use crate::{ConfigError, Error};
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
         let code = match &e {
             Error::Config(ConfigError::UnknownKey { .. }) => OUTBOX_ERR_UNKNOWN_KEY,
             Error::Config(ConfigError::InvalidValue { .. }) => OUTBOX_ERR_INVALID_VALUE,
@@ -66,8 +66,44 @@ impl From<crate::Error> for Failure {
             Error::Migration { .. } => OUTBOX_ERR_MIGRATION,
             Error::Stopped => OUTBOX_ERR_STOPPED,
             Error::Publisher(_) => OUTBOX_ERR_PUBLISHER,
+            // No code of its own without a new one in the header: the code the starts
+            // (`outbox_start`, `outbox_consumer_start`) have always returned for it; the message
+            // says what it is.
+            Error::Thread { .. } => OUTBOX_ERR_PUBLISHER,
         };
         Failure::new(code, e.to_string())
+    }
+}
+
+impl From<HostError> for Failure {
+    fn from(e: HostError) -> Failure {
+        match e {
+            HostError::Core(e) => e.into(),
+            HostError::InvalidArgument(message) => Failure::new(OUTBOX_ERR_INVALID_ARGUMENT, message),
+            HostError::EndsTransaction { statement, lent } => Failure::new(
+                OUTBOX_ERR_INVALID_ARGUMENT,
+                format!(
+                    "{statement} is not allowed through outbox_tx_execute: it would end the transaction behind \
+                     the library ({})",
+                    if lent {
+                        "a consumer's handler returns 0 to commit, non-zero to roll back"
+                    } else {
+                        "use outbox_tx_commit or outbox_tx_rollback"
+                    }
+                ),
+            ),
+            HostError::ConsumerTx(what) => Failure::new(
+                OUTBOX_ERR_INVALID_ARGUMENT,
+                format!(
+                    "{what} is not allowed on a consumer's transaction: return 0 from the handler callback to \
+                     commit it, non-zero to roll it back"
+                ),
+            ),
+            HostError::TxFinished => Failure::new(
+                OUTBOX_ERR_TX_FINISHED,
+                "the transaction was already committed or rolled back",
+            ),
+        }
     }
 }
 
@@ -87,15 +123,9 @@ fn is_refusal(e: &mysql::Error) -> bool {
     }
 }
 
-impl From<crate::ConfigError> for Failure {
-    fn from(e: crate::ConfigError) -> Failure {
-        crate::Error::Config(e).into()
-    }
-}
-
-impl From<mysql::Error> for Failure {
-    fn from(e: mysql::Error) -> Failure {
-        crate::Error::Db(e).into()
+impl From<ConfigError> for Failure {
+    fn from(e: ConfigError) -> Failure {
+        Error::Config(e).into()
     }
 }
 
@@ -145,6 +175,8 @@ pub(crate) fn boundary_value<T>(fallback: T, f: impl FnOnce() -> T) -> T {
 ///
 /// - `ffi_boundary!(nonnull(a, b) { body })`: the body returns `Result<(), Failure>`, the
 ///   function returns [`outbox_result`];
+/// - `ffi_boundary!(errstr(errstr, errstr_size), nonnull(a) { body })`: the same, and a failure's
+///   message (a NULL argument's too) is also written into the caller's `errstr` buffer;
 /// - `ffi_boundary!(fallback = v, nonnull(a) { body })`: the body returns a value, the function
 ///   returns it, or `v` when an argument is NULL or the body panics;
 /// - `ffi_boundary!(void, nonnull(a) { body })`: for functions returning nothing (a NULL
@@ -156,6 +188,16 @@ macro_rules! ffi_boundary {
                 return Err($crate::ffi::boundary::Failure::null(stringify!($arg)));
             })*
             $body
+        })
+    };
+    (errstr($errstr:ident, $size:ident), nonnull($($arg:ident),*) $body:block) => {
+        $crate::ffi::boundary::boundary(|| {
+            $crate::ffi::boundary::with_errstr($errstr, $size, || {
+                $(if $arg.is_null() {
+                    return Err($crate::ffi::boundary::Failure::null(stringify!($arg)));
+                })*
+                $body
+            })
         })
     };
     (void, nonnull($($arg:ident),*) $body:block) => {

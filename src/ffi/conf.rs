@@ -3,16 +3,17 @@
 use std::ffi::{c_char, c_void, CString};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-
-use super::boundary::{arg_str, ffi_boundary, with_errstr, Failure, UserData};
+use super::boundary::{arg_str, ffi_boundary, UserData};
 use super::result::outbox_result;
+use crate::config::Config;
+use crate::relay::DeadLetterHook;
+use crate::store::DeadLetter;
 
 /// A relay configuration being built: the keys of the Rust `Config` (`db.url`, `table`,
 /// `publisher`, `scan.interval.ms`, ...), set as strings. Create it with `outbox_conf_new`,
 /// hand it to `outbox_start` (which takes it over) or free it with `outbox_conf_free`.
 pub struct outbox_conf {
-    pub(crate) config: crate::Config,
+    pub(crate) config: Config,
     pub(crate) dead_letter: Option<(outbox_dead_letter_cb_fn, UserData)>,
 }
 
@@ -40,15 +41,10 @@ type outbox_dead_letter_cb_fn = unsafe extern "C" fn(user_data: *mut c_void, let
 pub type outbox_dead_letter_cb =
     Option<unsafe extern "C" fn(user_data: *mut c_void, letter: *const outbox_dead_letter)>;
 
-/// The callback as the relay holds it: cleared by `outbox_free` (under the write lock, so a
-/// callback in progress finishes first and none starts afterwards).
-pub(crate) type HookSlot = Arc<RwLock<Option<(outbox_dead_letter_cb_fn, UserData)>>>;
-
-pub(crate) fn hook_for(slot: &HookSlot) -> crate::DeadLetterHook {
-    let slot = slot.clone();
-    Arc::new(move |d: &crate::DeadLetter| {
-        let guard = slot.read();
-        let Some((cb, ud)) = *guard else { return };
+/// The host's callback as a [`DeadLetterHook`], each letter copied into an
+/// `outbox_dead_letter` for the call.
+pub(crate) fn c_dead_letter_hook(cb: outbox_dead_letter_cb_fn, ud: UserData) -> DeadLetterHook {
+    Arc::new(move |d: &DeadLetter| {
         let c = |s: &str| CString::new(s.replace('\0', "\u{FFFD}")).unwrap_or_default();
         let (biz_no, event_type, last_error) = (c(&d.biz_no), c(&d.event_type), c(&d.last_error));
         let letter = outbox_dead_letter {
@@ -59,7 +55,7 @@ pub(crate) fn hook_for(slot: &HookSlot) -> crate::DeadLetterHook {
             last_error: last_error.as_ptr(),
         };
         // SAFETY: the host gave us this callback and context for exactly this call.
-        unsafe { cb(ud.0, &letter) };
+        unsafe { cb(ud.ptr(), &letter) };
     })
 }
 
@@ -72,7 +68,7 @@ pub extern "C" fn outbox_conf_new() -> *mut outbox_conf {
     ffi_boundary!(fallback = std::ptr::null_mut(), nonnull() {
         crate::host::log_sink::install();
         Box::into_raw(Box::new(outbox_conf {
-            config: crate::Config::default(),
+            config: Config::default(),
             dead_letter: None,
         }))
     })
@@ -94,16 +90,11 @@ pub unsafe extern "C" fn outbox_conf_set(
     errstr: *mut c_char,
     errstr_size: usize,
 ) -> outbox_result {
-    ffi_boundary!(nonnull() {
-        with_errstr(errstr, errstr_size, || {
-            if conf.is_null() {
-                return Err(Failure::null("conf"));
-            }
-            let key = arg_str(key, "key")?;
-            let value = arg_str(value, "value")?;
-            (*conf).config.set(key, value)?;
-            Ok(())
-        })
+    ffi_boundary!(errstr(errstr, errstr_size), nonnull(conf) {
+        let key = arg_str(key, "key")?;
+        let value = arg_str(value, "value")?;
+        (*conf).config.set(key, value)?;
+        Ok(())
     })
 }
 
@@ -147,15 +138,8 @@ pub unsafe extern "C" fn outbox_migrate(
     errstr: *mut c_char,
     errstr_size: usize,
 ) -> outbox_result {
-    ffi_boundary!(nonnull() {
-        with_errstr(errstr, errstr_size, || {
-            if conf.is_null() {
-                return Err(Failure::null("conf"));
-            }
-            let config = &(*conf).config;
-            let pool = crate::db::connect(config)?;
-            crate::migrate_table(&pool, &config.table)?;
-            Ok(())
-        })
+    ffi_boundary!(errstr(errstr, errstr_size), nonnull(conf) {
+        crate::host::relay::migrate(&(*conf).config)?;
+        Ok(())
     })
 }

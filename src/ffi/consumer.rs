@@ -4,13 +4,16 @@
 //! (`outbox_consumer_start`), or a batch's new messages per call (`outbox_consumer_start_batch`).
 
 use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::Arc;
 
-use super::boundary::{arg_str, ffi_boundary, with_errstr, write_string_out, Failure, UserData};
+use super::boundary::{arg_opt_str, arg_str, ffi_boundary, write_string_out, Failure, UserData};
 use super::conf::outbox_conf;
 use super::result::outbox_result::{self, *};
 use super::tx::outbox_tx;
-use crate::consumer::{Consumer, ConsumerStats, HandlerError, Message, Transient};
-use crate::inbox::{Inbox, MessageMeta};
+use crate::consumer::{BatchHandler, Handler, HandlerError, Message, Transient};
+use crate::host::consumer::{self as host_consumer, Handling, HostConsumer};
+use crate::host::tx::HostTx;
+use crate::inbox::MessageMeta;
 
 /// Marks `event_key` as processed by `consumer_group` inside `tx` (claim first: call it before
 /// the handler's writes, in the same transaction). `table` is the inbox table (NULL: the default
@@ -38,27 +41,16 @@ pub unsafe extern "C" fn outbox_inbox_mark(
     out_is_new: *mut bool,
 ) -> outbox_result {
     ffi_boundary!(nonnull(tx, consumer_group, event_key, out_is_new) {
-        let inbox = if table.is_null() {
-            Inbox::default()
-        } else {
-            Inbox::new(arg_str(table, "table")?)?
-        };
+        let table = arg_opt_str(table, "table")?;
         let group = arg_str(consumer_group, "consumer_group")?;
         let key = arg_str(event_key, "event_key")?;
-        let opt = |p: *const c_char, name: &str| -> Result<Option<String>, Failure> {
-            if p.is_null() {
-                Ok(None)
-            } else {
-                arg_str(p, name).map(|s| Some(s.to_string()))
-            }
-        };
         let meta = MessageMeta {
-            topic: opt(topic, "topic")?,
+            topic: arg_opt_str(topic, "topic")?.map(str::to_string),
             queue_id: u32::try_from(queue_id).ok(),
             queue_offset: u64::try_from(queue_offset).ok(),
-            msg_id: opt(msg_id, "msg_id")?,
+            msg_id: arg_opt_str(msg_id, "msg_id")?.map(str::to_string),
         };
-        *out_is_new = (*tx).run(|t| Ok(inbox.mark(t, group, key, &meta)?))?;
+        *out_is_new = (*tx).tx.mark_inbox(table, group, key, &meta)?;
         Ok(())
     })
 }
@@ -130,9 +122,7 @@ pub type outbox_consume_batch_cb = Option<
 
 /// A consumer (`outbox_consumer_start`): running, or stopped with its final counts.
 pub struct outbox_consumer {
-    consumer: Option<Consumer>,
-    /// The counts at `outbox_consumer_stop`, which `outbox_consumer_stats` reports afterwards.
-    final_stats: Option<ConsumerStats>,
+    consumer: HostConsumer,
 }
 
 /// Starts a consumer of `topic` for `consumer_group`: it subscribes with RocketMQ
@@ -161,13 +151,9 @@ pub unsafe extern "C" fn outbox_consumer_start(
     errstr: *mut c_char,
     errstr_size: usize,
 ) -> outbox_result {
-    ffi_boundary!(nonnull() {
-        with_errstr(errstr, errstr_size, || {
-            let Some(cb) = handler else {
-                return Err(Failure::null("handler"));
-            };
-            start_into(conf, topic, consumer_group, out_consumer, CHandler::Each(cb, UserData(user_data)))
-        })
+    ffi_boundary!(errstr(errstr, errstr_size), nonnull(conf, out_consumer) {
+        let cb = handler.ok_or_else(|| Failure::null("handler"))?;
+        start_into(conf, topic, consumer_group, out_consumer, Handling::Each(Callback::new(cb, user_data)))
     })
 }
 
@@ -185,13 +171,9 @@ pub unsafe extern "C" fn outbox_consumer_start_batch(
     errstr: *mut c_char,
     errstr_size: usize,
 ) -> outbox_result {
-    ffi_boundary!(nonnull() {
-        with_errstr(errstr, errstr_size, || {
-            let Some(cb) = handler else {
-                return Err(Failure::null("handler"));
-            };
-            start_into(conf, topic, consumer_group, out_consumer, CHandler::Batch(cb, UserData(user_data)))
-        })
+    ffi_boundary!(errstr(errstr, errstr_size), nonnull(conf, out_consumer) {
+        let cb = handler.ok_or_else(|| Failure::null("handler"))?;
+        start_into(conf, topic, consumer_group, out_consumer, Handling::Batch(Callback::new(cb, user_data)))
     })
 }
 
@@ -199,91 +181,58 @@ type ConsumeFn = unsafe extern "C" fn(*mut c_void, *mut outbox_tx, *const outbox
 type ConsumeBatchFn =
     unsafe extern "C" fn(*mut c_void, *mut outbox_tx, *const outbox_message, usize, *mut c_char, usize) -> c_int;
 
-/// The host's callback, one message or a batch per call.
-#[derive(Clone, Copy)]
-#[cfg_attr(not(feature = "rocketmq"), allow(dead_code))]
-enum CHandler {
-    Each(ConsumeFn, UserData),
-    Batch(ConsumeBatchFn, UserData),
+/// The host's callback and its user data, which the host promises may be used from the
+/// consumer's threads.
+struct Callback<F> {
+    cb: F,
+    user_data: UserData,
 }
 
-/// The arguments of both starts, checked, and the consumer written to `out_consumer`.
+impl<F> Callback<F> {
+    fn new(cb: F, user_data: *mut c_void) -> Arc<Callback<F>> {
+        Arc::new(Callback {
+            cb,
+            user_data: UserData(user_data),
+        })
+    }
+}
+
+impl Handler for Callback<ConsumeFn> {
+    fn handle(&self, tx: &mut mysql::Transaction<'_>, m: &Message) -> Result<(), HandlerError> {
+        call_handler(tx, std::slice::from_ref(m), |t, v, e, n| {
+            // SAFETY: the host's callback, called as its documentation says.
+            unsafe { (self.cb)(self.user_data.ptr(), t, v.as_ptr(), e, n) }
+        })
+    }
+}
+
+impl BatchHandler for Callback<ConsumeBatchFn> {
+    fn handle_batch(&self, tx: &mut mysql::Transaction<'_>, msgs: &[Message]) -> Result<(), HandlerError> {
+        call_handler(tx, msgs, |t, v, e, n| {
+            // SAFETY: the host's callback, called as its documentation says.
+            unsafe { (self.cb)(self.user_data.ptr(), t, v.as_ptr(), v.len(), e, n) }
+        })
+    }
+}
+
+/// The arguments both starts share, decoded, and the consumer written to `out_consumer`.
 unsafe fn start_into(
     conf: *const outbox_conf,
     topic: *const c_char,
     consumer_group: *const c_char,
     out_consumer: *mut *mut outbox_consumer,
-    handler: CHandler,
+    handling: Handling,
 ) -> Result<(), Failure> {
-    if conf.is_null() {
-        return Err(Failure::null("conf"));
-    }
-    if out_consumer.is_null() {
-        return Err(Failure::null("out_consumer"));
-    }
     let topic = arg_str(topic, "topic")?;
     let group = arg_str(consumer_group, "consumer_group")?;
-    let consumer = start(&(*conf).config, topic, group, handler)?;
-    *out_consumer = Box::into_raw(Box::new(outbox_consumer {
-        consumer: Some(consumer),
-        final_stats: None,
-    }));
+    let consumer = host_consumer::start(&(*conf).config, topic, group, handling)?;
+    *out_consumer = Box::into_raw(Box::new(outbox_consumer { consumer }));
     Ok(())
-}
-
-#[cfg(feature = "rocketmq")]
-fn start(config: &crate::config::Config, topic: &str, group: &str, handler: CHandler) -> Result<Consumer, Failure> {
-    use crate::rocketmq::{RocketMqSource, SourceConfig};
-    let mut cc = config.consumer.clone();
-    cc.group = group.to_string();
-    let pool = crate::db::connect(config)?;
-    // Everything the database side needs, before the source joins the group.
-    Consumer::check(&cc, &pool)?;
-    let source = std::sync::Arc::new(RocketMqSource::start(&SourceConfig::for_consumer(
-        &config.rocketmq.namesrv,
-        topic,
-        &cc,
-    ))?);
-    Ok(match handler {
-        CHandler::Each(cb, ud) => {
-            let run = move |tx: &mut mysql::Transaction<'_>, m: &Message| {
-                call_handler(tx, std::slice::from_ref(m), |t, v, e, n| {
-                    // SAFETY: the host's callback, called as its documentation says.
-                    unsafe { cb(ud.ptr(), t, v.as_ptr(), e, n) }
-                })
-            };
-            Consumer::start(cc, pool, source, std::sync::Arc::new(run))?
-        }
-        CHandler::Batch(cb, ud) => Consumer::start_batch(cc, pool, source, std::sync::Arc::new(BatchCallback(cb, ud)))?,
-    })
-}
-
-#[cfg(not(feature = "rocketmq"))]
-fn start(_: &crate::config::Config, _: &str, _: &str, _: CHandler) -> Result<Consumer, Failure> {
-    Err(Failure::new(
-        OUTBOX_ERR_PUBLISHER,
-        "this library was built without the rocketmq feature: no consumer (cargo build --features rocketmq)",
-    ))
-}
-
-/// The host's batch callback as a [`crate::consumer::BatchHandler`].
-#[cfg_attr(not(feature = "rocketmq"), allow(dead_code))]
-struct BatchCallback(ConsumeBatchFn, UserData);
-
-impl crate::consumer::BatchHandler for BatchCallback {
-    fn handle_batch(&self, tx: &mut mysql::Transaction<'_>, msgs: &[Message]) -> Result<(), HandlerError> {
-        let (cb, ud) = (self.0, self.1);
-        call_handler(tx, msgs, |t, v, e, n| {
-            // SAFETY: the host's callback, called as its documentation says.
-            unsafe { cb(ud.ptr(), t, v.as_ptr(), v.len(), e, n) }
-        })
-    }
 }
 
 /// Runs a host callback on `msgs` in `tx`: builds their C views, lends `tx` as a borrowed
 /// `outbox_tx`, and turns the callback's return code into the runtime's outcome (see
 /// `outbox_consume_cb`).
-#[cfg_attr(not(feature = "rocketmq"), allow(dead_code))]
 fn call_handler(
     tx: &mut mysql::Transaction<'_>,
     msgs: &[Message],
@@ -291,7 +240,11 @@ fn call_handler(
 ) -> Result<(), HandlerError> {
     let texts: Vec<MessageTexts> = msgs.iter().map(MessageTexts::of).collect();
     let views: Vec<outbox_message> = msgs.iter().zip(&texts).map(|(m, t)| t.view(m)).collect();
-    let handle = Box::into_raw(Box::new(outbox_tx::borrowed(tx)));
+    // SAFETY: the handle is freed below, before `tx`'s borrow ends; the callback may use it only
+    // during the call.
+    let handle = Box::into_raw(Box::new(outbox_tx {
+        tx: unsafe { HostTx::lent(tx) },
+    }));
     let mut err = vec![0u8; 512];
     let rc = call(handle, &views, err.as_mut_ptr().cast(), err.len());
     // SAFETY: allocated just above; the callback must not free it (outbox_tx_free refuses to).
@@ -307,7 +260,7 @@ fn call_handler(
         format!("handler returned {rc}: {text}")
     };
     let retriable = outbox_result::from_code(rc).is_some_and(outbox_result::is_retriable);
-    Err(if retriable || lent.saw_transient_failure() {
+    Err(if retriable || lent.tx.saw_transient_failure() {
         Box::new(Transient(what))
     } else {
         what.into()
@@ -370,13 +323,7 @@ pub unsafe extern "C" fn outbox_consumer_stats(
     out_needed: *mut usize,
 ) -> outbox_result {
     ffi_boundary!(nonnull(consumer, out_needed) {
-        let c = &*consumer;
-        let (stats, stopped) = match (&c.consumer, &c.final_stats) {
-            (Some(running), _) => (running.stats(), false),
-            (None, Some(last)) => (last.clone(), true),
-            (None, None) => return Err(Failure::new(OUTBOX_ERR_STOPPED, "the consumer is stopped")),
-        };
-        write_string_out(&stats.to_json(stopped), buf, len, out_needed)
+        write_string_out(&(*consumer).consumer.stats_json(), buf, len, out_needed)
     })
 }
 
@@ -390,13 +337,9 @@ pub unsafe extern "C" fn outbox_consumer_stats(
 #[no_mangle]
 pub unsafe extern "C" fn outbox_consumer_stop(consumer: *mut outbox_consumer) -> outbox_result {
     ffi_boundary!(nonnull(consumer) {
-        let c = &mut *consumer;
-        match c.consumer.take() {
-            Some(running) => {
-                c.final_stats = Some(running.stop());
-                Ok(())
-            }
-            None => Err(Failure::new(OUTBOX_ERR_STOPPED, "the consumer is already stopped")),
+        match (*consumer).consumer.stop() {
+            (_, false) => Ok(()),
+            (_, true) => Err(Failure::new(OUTBOX_ERR_STOPPED, "the consumer is already stopped")),
         }
     })
 }

@@ -64,7 +64,7 @@ pub struct outbox_param {
     pub bytes_len: usize,
 }
 
-pub(crate) unsafe fn to_new_event(e: &outbox_event) -> Result<crate::NewEvent, Failure> {
+pub(crate) unsafe fn to_new_event(e: &outbox_event) -> Result<crate::event::NewEvent, Failure> {
     let biz_no = arg_str(e.biz_no, "event.biz_no")?.to_string();
     let event_type = arg_str(e.event_type, "event.event_type")?.to_string();
     let payload = arg_slice(e.payload, e.payload_len, "event.payload")?.to_vec();
@@ -81,7 +81,7 @@ pub(crate) unsafe fn to_new_event(e: &outbox_event) -> Result<crate::NewEvent, F
             ));
         }
     }
-    Ok(crate::NewEvent {
+    Ok(crate::event::NewEvent {
         biz_no,
         event_type,
         payload,

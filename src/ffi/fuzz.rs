@@ -214,7 +214,7 @@ proptest! {
         let got = got.unwrap();
 
         // The expected outcome, field by field in the decoder's order.
-        let expect = (|| -> Result<crate::NewEvent, (outbox_result, String)> {
+        let expect = (|| -> Result<crate::event::NewEvent, (outbox_result, String)> {
             let req = |d: Decoded, name: &str| match d {
                 Decoded::Text(s) => Ok(s),
                 other => Err((required_failure(&other).unwrap(), name.to_string())),
@@ -247,7 +247,7 @@ proptest! {
                     }
                 }
             }
-            Ok(crate::NewEvent { biz_no, event_type, payload, topic, tag, headers: map })
+            Ok(crate::event::NewEvent { biz_no, event_type, payload, topic, tag, headers: map })
         })();
         match (got, expect) {
             (Ok(ev), Ok(want)) => {

@@ -1,5 +1,6 @@
-//! The C ABI: a thin layer of argument checks, casts and error mapping over the Rust API.
-//! The core knows nothing of it. `include/outbox.h` is generated from this module by cbindgen
+//! The C ABI: a thin layer of argument checks, casts and error mapping over the Rust API and
+//! the operations of `crate::host` (written once for the C ABI and JNI). The core knows nothing
+//! of it. `include/outbox.h` is generated from this module by cbindgen
 //! (`cbindgen.toml`) and committed; `tests/header.rs` fails when the two drift apart.
 //!
 //! Rules every exported function follows:

@@ -1,44 +1,21 @@
 //! `outbox_relay`: start, notify, stop, free, and what hosts need for their own transactions.
 
 use std::ffi::{c_char, CStr, CString};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use parking_lot::RwLock;
-
-use super::boundary::{ffi_boundary, with_errstr, write_string_out, Failure};
-use super::conf::outbox_conf;
-use super::conf::{hook_for, HookSlot};
-use super::event::outbox_event;
+use super::boundary::{ffi_boundary, write_string_out, Failure};
+use super::conf::{c_dead_letter_hook, outbox_conf};
+use super::event::{outbox_event, to_new_event};
 use super::result::outbox_result::{self, *};
-
-/// What a relay handle and its transactions share. Transactions keep it (and so the pool)
-/// alive after `outbox_free`, so a tx may be finished or freed in any order.
-pub(crate) struct Shared {
-    pub relay: crate::Relay,
-    pub stopped: AtomicBool,
-    hook: Option<HookSlot>,
-    latency: Arc<crate::latency::LatencyStats>,
-}
-
-impl Shared {
-    pub fn check_running(&self) -> Result<(), Failure> {
-        if self.stopped.load(SeqCst) {
-            Err(Failure::new(
-                OUTBOX_ERR_STOPPED,
-                "the relay is stopped (outbox_stop was called)",
-            ))
-        } else {
-            Ok(())
-        }
-    }
-}
+use crate::host::relay::{check_event, insert_statement, HostRelay};
 
 /// A started relay (or enqueue-only instance with `publisher=none`). Created by
 /// `outbox_start`, stopped by `outbox_stop`, freed by `outbox_free`.
 pub struct outbox_relay {
-    pub(crate) shared: Arc<Shared>,
+    /// Shared with the transactions begun on it, which keep it (and so the pool) alive after
+    /// `outbox_free`, so a tx may be finished or freed in any order.
+    pub(crate) host: Arc<HostRelay>,
 }
 
 /// Longest stop deadline honoured (about 49 days); longer ones are shortened to it.
@@ -59,31 +36,15 @@ pub unsafe extern "C" fn outbox_start(
     errstr: *mut c_char,
     errstr_size: usize,
 ) -> outbox_result {
-    ffi_boundary!(nonnull() {
-        with_errstr(errstr, errstr_size, || {
-            if conf.is_null() {
-                return Err(Failure::null("conf"));
-            }
-            let conf = *Box::from_raw(conf);
-            if out_relay.is_null() {
-                return Err(Failure::null("out_relay"));
-            }
-            let hook = conf.dead_letter.map(|cb| Arc::new(RwLock::new(Some(cb))));
-            let latency = crate::latency::LatencyStats::new();
-            let relay = crate::open_with(
-                conf.config,
-                hook.as_ref().map(hook_for),
-                Some(crate::latency::LatencyStats::hook(&latency)),
-            )?;
-            let shared = Arc::new(Shared {
-                relay,
-                stopped: AtomicBool::new(false),
-                hook,
-                latency,
-            });
-            *out_relay = Box::into_raw(Box::new(outbox_relay { shared }));
-            Ok(())
-        })
+    ffi_boundary!(errstr(errstr, errstr_size), nonnull(conf) {
+        let conf = *Box::from_raw(conf);
+        if out_relay.is_null() {
+            return Err(Failure::null("out_relay"));
+        }
+        let hook = conf.dead_letter.map(|(cb, user_data)| c_dead_letter_hook(cb, user_data));
+        let host = Arc::new(HostRelay::start(conf.config, hook)?);
+        *out_relay = Box::into_raw(Box::new(outbox_relay { host }));
+        Ok(())
     })
 }
 
@@ -95,12 +56,7 @@ pub unsafe extern "C" fn outbox_start(
 /// `outbox_free`.
 #[no_mangle]
 pub unsafe extern "C" fn outbox_notify(relay: *const outbox_relay) -> outbox_result {
-    ffi_boundary!(nonnull(relay) {
-        let shared = &(*relay).shared;
-        shared.check_running()?;
-        shared.relay.notify();
-        Ok(())
-    })
+    ffi_boundary!(nonnull(relay) { Ok((*relay).host.notify()?) })
 }
 
 /// Stops the relay: stops claiming, lets sends in flight finish until `timeout_ms`, returns
@@ -118,9 +74,7 @@ pub unsafe extern "C" fn outbox_notify(relay: *const outbox_relay) -> outbox_res
 #[no_mangle]
 pub unsafe extern "C" fn outbox_stop(relay: *mut outbox_relay, timeout_ms: u64) -> outbox_result {
     ffi_boundary!(nonnull(relay) {
-        let shared = &(*relay).shared;
-        shared.stopped.store(true, SeqCst);
-        let report = shared.relay.stop(Duration::from_millis(timeout_ms.min(MAX_STOP_MS)));
+        let report = (*relay).host.stop(Duration::from_millis(timeout_ms.min(MAX_STOP_MS)));
         if report.timed_out {
             return Err(Failure::new(
                 OUTBOX_ERR_TIMED_OUT,
@@ -143,15 +97,7 @@ pub unsafe extern "C" fn outbox_stop(relay: *mut outbox_relay, timeout_ms: u64) 
 #[no_mangle]
 pub unsafe extern "C" fn outbox_free(relay: *mut outbox_relay) {
     ffi_boundary!(void, nonnull(relay) {
-        let handle = Box::from_raw(relay);
-        let shared = &handle.shared;
-        shared.stopped.store(true, SeqCst);
-        shared.relay.stop(shared.relay.config().send_timeout + Duration::from_secs(1));
-        if let Some(slot) = &shared.hook {
-            // Waits for a callback in progress; none starts afterwards.
-            *slot.write() = None;
-        }
-        drop(handle);
+        Box::from_raw(relay).host.stop_and_release();
     })
 }
 
@@ -177,12 +123,7 @@ pub unsafe extern "C" fn outbox_stats(
     out_needed: *mut usize,
 ) -> outbox_result {
     ffi_boundary!(nonnull(relay, out_needed) {
-        let relay = &*relay;
-        let json = crate::latency::with_latency(
-            &relay.shared.relay.stats().to_json(),
-            &relay.shared.latency.snapshot(),
-        );
-        write_string_out(&json, buf, len, out_needed)
+        write_string_out(&(*relay).host.stats_json(true), buf, len, out_needed)
     })
 }
 
@@ -204,9 +145,7 @@ pub unsafe extern "C" fn outbox_insert_statement(
 ) -> outbox_result {
     ffi_boundary!(nonnull(relay, out_needed) {
         let relay = &*relay;
-        // The relay's table was checked when it started.
-        let sql = crate::insert_statement(&relay.shared.relay.config().table)
-            .expect("the table of a started relay is valid");
+        let sql = insert_statement(&relay.host.relay.config().table)?;
         write_string_out(&sql, buf, len, out_needed)
     })
 }
@@ -214,7 +153,7 @@ pub unsafe extern "C" fn outbox_insert_statement(
 fn param_names() -> &'static [CString] {
     static NAMES: OnceLock<Vec<CString>> = OnceLock::new();
     NAMES.get_or_init(|| {
-        crate::INSERT_PARAMS
+        crate::store::INSERT_PARAMS
             .iter()
             .map(|n| CString::new(*n).expect("no NUL"))
             .collect()
@@ -256,7 +195,7 @@ pub unsafe extern "C" fn outbox_event_headers_json(
     out_needed: *mut usize,
 ) -> outbox_result {
     ffi_boundary!(nonnull(event, out_needed) {
-        let ev = super::event::to_new_event(&*event)?;
+        let ev = to_new_event(&*event)?;
         write_string_out(ev.headers_json().as_deref().unwrap_or(""), buf, len, out_needed)
     })
 }
@@ -275,18 +214,9 @@ pub unsafe extern "C" fn outbox_validate_event(
     errstr: *mut c_char,
     errstr_size: usize,
 ) -> outbox_result {
-    ffi_boundary!(nonnull() {
-        with_errstr(errstr, errstr_size, || {
-            if relay.is_null() {
-                return Err(Failure::null("relay"));
-            }
-            if event.is_null() {
-                return Err(Failure::null("event"));
-            }
-            let ev = super::event::to_new_event(&*event)?;
-            let relay = &*relay;
-            ev.validate(relay.shared.relay.config().payload_max_bytes)?;
-            Ok(())
-        })
+    ffi_boundary!(errstr(errstr, errstr_size), nonnull(relay, event) {
+        let relay = &*relay;
+        check_event(&to_new_event(&*event)?, relay.host.relay.config().payload_max_bytes)?;
+        Ok(())
     })
 }

@@ -234,12 +234,12 @@ unsafe extern "C" fn record_letter(user_data: *mut std::ffi::c_void, letter: *co
 #[test]
 fn the_dead_letter_callback_gets_every_field_and_is_never_called_once_cleared() {
     let seen: Seen = parking_lot::Mutex::new(Vec::new());
-    let slot: conf::HookSlot = std::sync::Arc::new(parking_lot::RwLock::new(Some((
-        record_letter as unsafe extern "C" fn(_, _),
+    let slot = crate::host::relay::DeadLetterSlot::new(conf::c_dead_letter_hook(
+        record_letter,
         UserData(&seen as *const _ as *mut std::ffi::c_void),
-    ))));
-    let hook = conf::hook_for(&slot);
-    let letter = crate::DeadLetter {
+    ));
+    let hook = slot.hook();
+    let letter = crate::store::DeadLetter {
         id: 42,
         biz_no: "ORD-1".into(),
         event_type: "ORDER_CREATED".into(),
@@ -259,7 +259,7 @@ fn the_dead_letter_callback_gets_every_field_and_is_never_called_once_cleared() 
         )]
     );
     // What outbox_free does before the relay's threads may still run.
-    *slot.write() = None;
+    slot.release();
     hook(&letter);
     assert_eq!(seen.lock().len(), 1);
 }

@@ -2,16 +2,13 @@
 //! database access cannot join the library's (C, C++, or Go/Java hosts that accept it).
 
 use std::ffi::c_char;
-use std::sync::Arc;
-
-use mysql::prelude::Queryable;
 
 use super::boundary::{arg_str, ffi_boundary, Failure};
-use super::event::{outbox_event, outbox_param};
+use super::event::{outbox_event, outbox_param, to_new_event, to_params};
 use super::relay::outbox_relay;
-use super::relay::Shared;
-use super::result::outbox_result::{self, *};
-use crate::host::statement::ends_transaction;
+use super::result::outbox_result;
+use crate::host::error::HostError;
+use crate::host::tx::HostTx;
 
 /// A database transaction owned by the library, holding one connection of the relay's pool.
 /// Begun by `outbox_tx_begin`, ended by `outbox_tx_commit` or `outbox_tx_rollback`, always
@@ -20,111 +17,7 @@ use crate::host::statement::ends_transaction;
 /// A consumer's handler callback gets a borrowed one instead (`outbox_consumer_start`): the
 /// consumer's transaction, which the consumer commits or rolls back after the callback.
 pub struct outbox_tx {
-    kind: TxKind,
-}
-
-enum TxKind {
-    /// Begun by `outbox_tx_begin` on a relay's pool; `None` once committed or rolled back.
-    Owned {
-        shared: Arc<Shared>,
-        tx: Option<crate::host::owned_tx::OwnedTx>,
-    },
-    /// The consumer's transaction, lent to its handler callback for the callback's duration;
-    /// `transient` once a statement through it failed with a transient database error (the
-    /// callback's failure is then retried without using an attempt, whatever it returns).
-    Borrowed {
-        tx: *mut mysql::Transaction<'static>,
-        transient: bool,
-    },
-}
-
-// SAFETY: an owned tx is `Send` (its parts are); a borrowed one is only reachable from the
-// callback it was lent to, on the consumer thread that lent it.
-unsafe impl Send for outbox_tx {}
-
-impl outbox_tx {
-    /// A handle on `tx` for a consumer callback; valid while `tx` is.
-    pub(crate) fn borrowed(tx: &mut mysql::Transaction<'_>) -> outbox_tx {
-        let p: *mut mysql::Transaction<'static> = (tx as *mut mysql::Transaction<'_>).cast();
-        outbox_tx {
-            kind: TxKind::Borrowed {
-                tx: p,
-                transient: false,
-            },
-        }
-    }
-
-    /// Whether a statement through this borrowed transaction failed with a transient database
-    /// error (a lock wait timeout, a deadlock, a lost connection).
-    pub(crate) fn saw_transient_failure(&self) -> bool {
-        matches!(self.kind, TxKind::Borrowed { transient: true, .. })
-    }
-
-    /// Refuses a statement that would end the transaction behind the library's back: COMMIT,
-    /// ROLLBACK, BEGIN and the like on any transaction, and, on a consumer's, the statements that
-    /// commit implicitly (DDL), which would commit the inbox marks with half of the handler's
-    /// work.
-    fn check_statement(&self, sql: &str) -> Result<(), Failure> {
-        let borrowed = matches!(self.kind, TxKind::Borrowed { .. });
-        match ends_transaction(sql, borrowed) {
-            None => Ok(()),
-            Some(what) => Err(Failure::new(
-                OUTBOX_ERR_INVALID_ARGUMENT,
-                format!(
-                    "{what} is not allowed through outbox_tx_execute: it would end the transaction \
-                     behind the library ({})",
-                    if borrowed {
-                        "a consumer's handler returns 0 to commit, non-zero to roll back"
-                    } else {
-                        "use outbox_tx_commit or outbox_tx_rollback"
-                    }
-                ),
-            )),
-        }
-    }
-
-    /// Runs `f` on the live transaction; a transient failure of a borrowed one is remembered
-    /// (see [`outbox_tx::saw_transient_failure`]).
-    pub(crate) fn run<T>(
-        &mut self,
-        f: impl FnOnce(&mut mysql::Transaction<'static>) -> Result<T, Failure>,
-    ) -> Result<T, Failure> {
-        let result = f(self.live()?);
-        if let (Err(failure), TxKind::Borrowed { transient, .. }) = (&result, &mut self.kind) {
-            if failure.code.is_retriable() {
-                *transient = true;
-            }
-        }
-        result
-    }
-
-    pub(crate) fn live(&mut self) -> Result<&mut mysql::Transaction<'static>, Failure> {
-        match &mut self.kind {
-            // SAFETY: the consumer keeps the transaction alive while the callback runs.
-            TxKind::Borrowed { tx, .. } => Ok(unsafe { &mut **tx }),
-            TxKind::Owned { tx, .. } => tx.as_deref_mut().ok_or_else(|| {
-                Failure::new(
-                    OUTBOX_ERR_TX_FINISHED,
-                    "the transaction was already committed or rolled back",
-                )
-            }),
-        }
-    }
-
-    /// The relay and the owned transaction, or an error for a consumer's transaction (which only
-    /// the consumer ends).
-    fn owned(&mut self, what: &str) -> Result<(&Arc<Shared>, &mut Option<crate::host::owned_tx::OwnedTx>), Failure> {
-        match &mut self.kind {
-            TxKind::Owned { shared, tx } => Ok((shared, tx)),
-            TxKind::Borrowed { .. } => Err(Failure::new(
-                OUTBOX_ERR_INVALID_ARGUMENT,
-                format!(
-                    "{what} is not allowed on a consumer's transaction: return 0 from the handler \
-                     callback to commit it, non-zero to roll it back"
-                ),
-            )),
-        }
-    }
+    pub(crate) tx: HostTx,
 }
 
 /// Begins a transaction on a connection of the relay's pool (READ COMMITTED, like the relay's
@@ -139,12 +32,10 @@ impl outbox_tx {
 #[no_mangle]
 pub unsafe extern "C" fn outbox_tx_begin(relay: *const outbox_relay, out_tx: *mut *mut outbox_tx) -> outbox_result {
     ffi_boundary!(nonnull(relay, out_tx) {
-        let shared = (*relay).shared.clone();
-        shared.check_running()?;
-        let tx = crate::host::owned_tx::OwnedTx::begin(shared.relay.pool(), shared.relay.config())?;
-        *out_tx = Box::into_raw(Box::new(outbox_tx {
-            kind: TxKind::Owned { shared, tx: Some(tx) },
-        }));
+        let host = &(*relay).host;
+        // Only the C ABI refuses it after a stop (Java's transactions outlive `stop`).
+        host.check_running()?;
+        *out_tx = Box::into_raw(Box::new(outbox_tx { tx: HostTx::begin(host.clone())? }));
         Ok(())
     })
 }
@@ -171,13 +62,7 @@ pub unsafe extern "C" fn outbox_tx_execute(
     out_last_insert_id: *mut u64,
 ) -> outbox_result {
     ffi_boundary!(nonnull(tx, sql) {
-        let sql = arg_str(sql, "sql")?;
-        let params = super::event::to_params(params, nparams)?;
-        (*tx).check_statement(sql)?;
-        let (affected, last_id) = (*tx).run(|t| {
-            let result = t.exec_iter(sql, params)?;
-            Ok((result.affected_rows(), result.last_insert_id().unwrap_or(0)))
-        })?;
+        let (affected, last_id) = (*tx).tx.execute(arg_str(sql, "sql")?, to_params(params, nparams)?)?;
         if !out_affected.is_null() {
             *out_affected = affected;
         }
@@ -204,16 +89,7 @@ pub unsafe extern "C" fn outbox_tx_query_int64(
     out_found: *mut bool,
 ) -> outbox_result {
     ffi_boundary!(nonnull(tx, sql, out_value, out_found) {
-        let sql = arg_str(sql, "sql")?;
-        let params = super::event::to_params(params, nparams)?;
-        (*tx).check_statement(sql)?;
-        let row: Option<mysql::Row> = (*tx).run(|t| Ok(t.exec_first(sql, params)?))?;
-        let value = match row.and_then(|mut r| r.take::<mysql::Value, _>(0)) {
-            None | Some(mysql::Value::NULL) => None,
-            Some(v) => Some(mysql::from_value_opt::<i64>(v).map_err(|e| {
-                Failure::new(OUTBOX_ERR_INVALID_ARGUMENT, format!("the first column is not a 64-bit integer: {e}"))
-            })?),
-        };
+        let value = (*tx).tx.query_i64(arg_str(sql, "sql")?, to_params(params, nparams)?)?;
         *out_value = value.unwrap_or(0);
         *out_found = value.is_some();
         Ok(())
@@ -233,12 +109,7 @@ pub unsafe extern "C" fn outbox_enqueue_in_tx(
     out_event_id: *mut u64,
 ) -> outbox_result {
     ffi_boundary!(nonnull(tx, event, out_event_id) {
-        let ev = super::event::to_new_event(&*event)?;
-        let tx = &mut *tx;
-        let shared = tx.owned("outbox_enqueue_in_tx")?.0.clone();
-        shared.check_running()?;
-        let id = shared.relay.enqueue_in_tx(tx.live()?, &ev)?;
-        *out_event_id = id;
+        *out_event_id = (*tx).tx.enqueue(&to_new_event(&*event)?)?;
         Ok(())
     })
 }
@@ -251,16 +122,7 @@ pub unsafe extern "C" fn outbox_enqueue_in_tx(
 /// Thread safety: not thread-safe for the same tx.
 #[no_mangle]
 pub unsafe extern "C" fn outbox_tx_commit(tx: *mut outbox_tx) -> outbox_result {
-    ffi_boundary!(nonnull(tx) {
-        let tx = &mut *tx;
-        tx.live()?;
-        let (shared, t) = tx.owned("outbox_tx_commit")?;
-        t.take().expect("live").commit()?;
-        if !shared.stopped.load(std::sync::atomic::Ordering::SeqCst) {
-            shared.relay.notify();
-        }
-        Ok(())
-    })
+    ffi_boundary!(nonnull(tx) { Ok((*tx).tx.commit()?) })
 }
 
 /// Rolls the transaction back: neither the business writes nor the events remain.
@@ -269,12 +131,7 @@ pub unsafe extern "C" fn outbox_tx_commit(tx: *mut outbox_tx) -> outbox_result {
 /// Thread safety: not thread-safe for the same tx.
 #[no_mangle]
 pub unsafe extern "C" fn outbox_tx_rollback(tx: *mut outbox_tx) -> outbox_result {
-    ffi_boundary!(nonnull(tx) {
-        let tx = &mut *tx;
-        tx.live()?;
-        tx.owned("outbox_tx_rollback")?.1.take().expect("live").rollback()?;
-        Ok(())
-    })
+    ffi_boundary!(nonnull(tx) { Ok((*tx).tx.rollback()?) })
 }
 
 /// Frees a transaction, rolling it back first if it was neither committed nor rolled back, and
@@ -285,18 +142,18 @@ pub unsafe extern "C" fn outbox_tx_rollback(tx: *mut outbox_tx) -> outbox_result
 #[no_mangle]
 pub unsafe extern "C" fn outbox_tx_free(tx: *mut outbox_tx) {
     ffi_boundary!(void, nonnull(tx) {
-        let mut tx = Box::from_raw(tx);
-        if let TxKind::Borrowed { .. } = tx.kind {
-            // Not ours to free: the consumer frees it after the callback. Leak the box back.
+        if (*tx).tx.is_lent() {
+            // Not ours to free: the consumer frees it after the callback.
             log::error!("outbox_tx_free called on a consumer's transaction; ignored");
-            let _ = Box::into_raw(tx);
             return;
         }
-        if let Some(t) = tx.owned("outbox_tx_free").ok().and_then(|(_, t)| t.take()) {
-            // Dropping a transaction also rolls back, but ignores a failure silently.
-            if let Err(e) = t.rollback() {
-                log::warn!("outbox_tx_free: rollback of an unfinished transaction failed: {e}");
-            }
+        // Dropping a transaction also rolls back, but ignores a failure silently.
+        match Box::from_raw(tx).tx.rollback() {
+            Ok(()) | Err(HostError::TxFinished) => {}
+            Err(e) => log::warn!(
+                "outbox_tx_free: rollback of an unfinished transaction failed: {}",
+                Failure::from(e).message
+            ),
         }
     })
 }

@@ -14,6 +14,8 @@ use std::sync::{Arc, Once};
 
 use parking_lot::RwLock;
 
+use super::error::{HostError, HostResult};
+
 /// A binding's own delivery of one record: level, target, message.
 pub(crate) type HostLogFn = Arc<dyn Fn(log::Level, &str, &str) + Send + Sync>;
 
@@ -24,11 +26,6 @@ pub(crate) enum Sink {
     /// A host's own delivery.
     Host(HostLogFn),
 }
-
-/// [`set_sink`] was called while this thread delivers a record (from inside a host's log
-/// callback): refused, nothing changed.
-#[derive(Debug)]
-pub(crate) struct SinkBusy;
 
 static SINK: RwLock<Sink> = parking_lot::const_rwlock(Sink::Stderr);
 
@@ -84,10 +81,13 @@ pub(crate) fn install() {
     });
 }
 
-/// Replaces the sink; waits for records being delivered to the old one.
-pub(crate) fn set_sink(sink: Sink) -> Result<(), SinkBusy> {
+/// Replaces the sink; waits for records being delivered to the old one. Refused from inside a
+/// host's log callback (while this thread delivers a record), changing nothing.
+pub(crate) fn set_sink(sink: Sink) -> HostResult<()> {
     if DELIVERING.with(Cell::get) {
-        return Err(SinkBusy);
+        return Err(HostError::InvalidArgument(
+            "the log callback cannot be changed from inside a log callback".into(),
+        ));
     }
     install();
     *SINK.write() = sink;

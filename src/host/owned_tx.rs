@@ -6,7 +6,8 @@ use std::ptr::NonNull;
 
 use mysql::{Pool, PooledConn, Transaction, TxOpts};
 
-use crate::{Config, Error};
+use crate::config::Config;
+use crate::error::Error;
 
 /// A transaction on a connection taken from the pool. Dropping it rolls back (if it was not
 /// finished) and returns the connection to the pool.

@@ -50,33 +50,42 @@ pub(super) fn millis(ms: jlong) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-pub(super) fn config_from(env: &mut JNIEnv<'_>, keys: &JObjectArray<'_>, values: &JObjectArray<'_>) -> JResult<Config> {
-    let keys = strings(env, keys, "configuration key")?;
-    let values = strings(env, values, "configuration value")?;
+/// Keys and their values from two arrays of the same length (`what` names them: "configuration",
+/// "header").
+fn pairs(
+    env: &mut JNIEnv<'_>,
+    keys: &JObjectArray<'_>,
+    values: &JObjectArray<'_>,
+    what: (&'static str, &'static str),
+) -> JResult<Vec<(String, String)>> {
+    let keys = strings(env, keys, what.0)?;
+    let values = strings(env, values, what.1)?;
     if keys.len() != values.len() {
         return Err(Failure::IllegalArgument(format!(
-            "{} keys but {} values",
+            "{} {}s but {} values",
             keys.len(),
+            what.0,
             values.len()
         )));
     }
+    Ok(keys.into_iter().zip(values).collect())
+}
+
+pub(super) fn config_from(env: &mut JNIEnv<'_>, keys: &JObjectArray<'_>, values: &JObjectArray<'_>) -> JResult<Config> {
     let mut config = Config::default();
-    for (k, v) in keys.iter().zip(&values) {
-        config.set(k, v)?;
+    for (k, v) in pairs(env, keys, values, ("configuration key", "configuration value"))? {
+        config.set(&k, &v)?;
     }
     Ok(config)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// An event from its fields as `io.outbox.Event` passes them: `[biz_no, event_type, topic, tag]`,
+/// the payload, `[header_keys, header_values]`.
 pub(super) fn event_from(
     env: &mut JNIEnv<'_>,
-    biz_no: &JString<'_>,
-    event_type: &JString<'_>,
+    [biz_no, event_type, topic, tag]: [&JString<'_>; 4],
     payload: &JByteArray<'_>,
-    topic: &JString<'_>,
-    tag: &JString<'_>,
-    header_keys: &JObjectArray<'_>,
-    header_values: &JObjectArray<'_>,
+    [header_keys, header_values]: [&JObjectArray<'_>; 2],
 ) -> JResult<NewEvent> {
     // A null required field is reported like a blank one: as an invalid event naming the field.
     let mut event = NewEvent {
@@ -88,35 +97,30 @@ pub(super) fn event_from(
         ..Default::default()
     };
     if !header_keys.is_null() || !header_values.is_null() {
-        let keys = strings(env, header_keys, "header key")?;
-        let values = strings(env, header_values, "header value")?;
-        if keys.len() != values.len() {
-            return Err(Failure::IllegalArgument(format!(
-                "{} header keys but {} values",
-                keys.len(),
-                values.len()
-            )));
-        }
-        event.headers = keys.into_iter().zip(values).collect();
+        event.headers = pairs(env, header_keys, header_values, ("header key", "header value"))?
+            .into_iter()
+            .collect();
     }
     Ok(event)
 }
 
-/// Positional statement parameters, encoded by `OutboxTransaction` as a kind per parameter
-/// (0 NULL, 1 integer from `ints`, 2 double from `doubles`, 3 bytes from `blobs`).
-pub(super) fn params_from(
+/// A statement and its positional parameters, encoded by `OutboxTransaction` as a kind per
+/// parameter (0 NULL, 1 integer from `ints`, 2 double from `doubles`, 3 bytes from `blobs`).
+pub(super) fn statement_from(
     env: &mut JNIEnv<'_>,
+    sql: &JString<'_>,
     kinds: &JByteArray<'_>,
     ints: &JLongArray<'_>,
     doubles: &JDoubleArray<'_>,
     blobs: &JObjectArray<'_>,
-) -> JResult<mysql::Params> {
+) -> JResult<(String, mysql::Params)> {
+    let sql = string(env, sql, "sql")?;
     if kinds.is_null() || ints.is_null() || doubles.is_null() || blobs.is_null() {
         return Err(Failure::Null("statement parameters"));
     }
     let kinds = env.convert_byte_array(kinds)?;
     if kinds.is_empty() {
-        return Ok(mysql::Params::Empty);
+        return Ok((sql, mysql::Params::Empty));
     }
     let n = kinds.len();
     let same_length = [
@@ -157,24 +161,7 @@ pub(super) fn params_from(
             }
         });
     }
-    Ok(mysql::Params::Positional(out))
-}
-
-/// A whole number from a column value: integers, and text such as `990` or `990.00` (DECIMAL).
-pub(super) fn as_i64(v: &mysql::Value) -> Option<i64> {
-    match v {
-        mysql::Value::Int(n) => Some(*n),
-        mysql::Value::UInt(n) => i64::try_from(*n).ok(),
-        mysql::Value::Bytes(b) => {
-            let s = std::str::from_utf8(b).ok()?.trim();
-            let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
-            if !frac.bytes().all(|c| c == b'0') {
-                return None;
-            }
-            whole.parse().ok()
-        }
-        _ => None,
-    }
+    Ok((sql, mysql::Params::Positional(out)))
 }
 
 pub(super) fn long_array(env: &mut JNIEnv<'_>, values: &[i64]) -> JResult<jlongArray> {

@@ -8,6 +8,7 @@ use ::jni::objects::{JObject, JValue};
 use ::jni::JNIEnv;
 
 use crate::error::{panic_message, ConfigError, Error};
+use crate::host::error::HostError;
 
 /// Java package of the binding's classes, in JNI form.
 pub(crate) const PKG: &str = "io/outbox/";
@@ -43,9 +44,27 @@ impl From<ConfigError> for Failure {
     }
 }
 
-impl From<mysql::Error> for Failure {
-    fn from(e: mysql::Error) -> Self {
-        Failure::Core(Error::Db(e))
+impl From<HostError> for Failure {
+    fn from(e: HostError) -> Self {
+        match e {
+            HostError::Core(e) => Failure::Core(e),
+            HostError::InvalidArgument(message) => Failure::IllegalArgument(message),
+            HostError::EndsTransaction { statement, lent: true } => Failure::IllegalArgument(format!(
+                "{statement} is not allowed on the consumer's transaction: it would end the transaction behind \
+                 the consumer (return from the handler to commit, throw to roll back)"
+            )),
+            HostError::EndsTransaction { statement, lent: false } => Failure::IllegalArgument(format!(
+                "{statement} is not allowed through OutboxTransaction.execute: it would end the transaction \
+                 behind the library (use commit() or rollback())"
+            )),
+            HostError::ConsumerTx(what) => Failure::IllegalState(format!(
+                "{what} is not allowed on the consumer's transaction: the consumer commits it when the handler \
+                 returns and rolls it back when the handler throws"
+            )),
+            HostError::TxFinished => {
+                Failure::IllegalState("the transaction is finished (committed or rolled back)".into())
+            }
+        }
     }
 }
 
@@ -76,6 +95,35 @@ pub(crate) fn guard<'local, R>(
         }
     }
 }
+
+/// One entry point of `io.outbox.Native`: `#[no_mangle] extern "system"`, the JNI environment
+/// and class arguments, and the body run behind [`guard`] with `default` as what the JVM gets
+/// back while the exception is pending. The Java name stays greppable:
+///
+/// ```ignore
+/// jni_entry! {
+///     /// Doc comment of the entry point.
+///     fn Java_io_outbox_Native_nameInJava(handle: jlong, key: JString<'l>) -> jstring = null_mut(), |env| {
+///         let key = string(env, &key, "key")?;
+///         jstr(env, host_operation(handles::relay(handle)?, &key)?)
+///     }
+/// }
+/// ```
+macro_rules! jni_entry {
+    ($(#[$meta:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty = $default:expr, |$env:pat_param| $body:expr) => {
+        $(#[$meta])*
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)]
+        pub extern "system" fn $name<'l>(
+            mut env: ::jni::JNIEnv<'l>,
+            _class: ::jni::objects::JClass<'l>,
+            $($arg: $ty),*
+        ) -> $ret {
+            $crate::jni::boundary::guard(&mut env, $default, |$env| $body)
+        }
+    };
+}
+pub(crate) use jni_entry;
 
 /// Throws the Java exception for `failure`. Never panics: if the exception cannot be built,
 /// it falls back to a `RuntimeException`, and if even that fails the JVM has an exception
@@ -187,38 +235,23 @@ fn build_and_throw(env: &mut JNIEnv<'_>, failure: &Failure, message: &str) -> ::
                 ],
             )?
         }
-        Failure::Core(Error::Stopped) | Failure::Stopped(_) => env.new_object(
-            format!("{PKG}OutboxStoppedException"),
-            format!("({s})V"),
-            &[JValue::Object(&msg)],
-        )?,
-        Failure::Core(Error::Publisher(_)) => env.new_object(
-            format!("{PKG}OutboxPublisherException"),
-            format!("({s})V"),
-            &[JValue::Object(&msg)],
-        )?,
-        Failure::Null(_) => env.new_object(
-            "java/lang/NullPointerException",
-            format!("({s})V"),
-            &[JValue::Object(&msg)],
-        )?,
-        Failure::IllegalArgument(_) => env.new_object(
-            "java/lang/IllegalArgumentException",
-            format!("({s})V"),
-            &[JValue::Object(&msg)],
-        )?,
-        Failure::IllegalState(_) => env.new_object(
-            "java/lang/IllegalStateException",
-            format!("({s})V"),
-            &[JValue::Object(&msg)],
-        )?,
-        Failure::Jni(_) | Failure::Panic(_) => env.new_object(
-            format!("{PKG}OutboxInternalException"),
-            format!("({s})V"),
-            &[JValue::Object(&msg)],
-        )?,
+        Failure::Core(Error::Stopped) | Failure::Stopped(_) => {
+            with_message(env, &format!("{PKG}OutboxStoppedException"), &msg)?
+        }
+        Failure::Core(Error::Publisher(_)) => with_message(env, &format!("{PKG}OutboxPublisherException"), &msg)?,
+        // Not the broker's, not a bug: the base class, with the message saying what it is.
+        Failure::Core(Error::Thread { .. }) => with_message(env, &format!("{PKG}OutboxException"), &msg)?,
+        Failure::Null(_) => with_message(env, "java/lang/NullPointerException", &msg)?,
+        Failure::IllegalArgument(_) => with_message(env, "java/lang/IllegalArgumentException", &msg)?,
+        Failure::IllegalState(_) => with_message(env, "java/lang/IllegalStateException", &msg)?,
+        Failure::Jni(_) | Failure::Panic(_) => with_message(env, &format!("{PKG}OutboxInternalException"), &msg)?,
     };
     env.throw(::jni::objects::JThrowable::from(exception))
+}
+
+/// A new exception of `class`, built with its `(String message)` constructor.
+fn with_message<'l>(env: &mut JNIEnv<'l>, class: &str, msg: &JObject<'_>) -> ::jni::errors::Result<JObject<'l>> {
+    env.new_object(class, "(Ljava/lang/String;)V", &[JValue::Object(msg)])
 }
 
 /// A `String[]` holding `items`.

@@ -1,7 +1,7 @@
-//! The consumer runtime for Java (`io.outbox.OutboxConsumer`): the same [`Consumer`] the C ABI
-//! starts (database checked first, then the RocketMQ source; settings from the `consumer.*` and
-//! `inbox.*` keys), with a Java handler run on the runtime's threads in the consumer's
-//! transaction.
+//! The consumer runtime for Java (`io.outbox.OutboxConsumer`): the same consumer the C ABI
+//! starts ([`host_consumer::start`]: database checked first, then the source; settings from the
+//! `consumer.*` and `inbox.*` keys), with a Java handler run on the runtime's threads in the
+//! consumer's transaction.
 //!
 //! The handler is reached through a dispatcher object (`OutboxConsumer.Dispatcher`, pinned as a
 //! global reference with the `ConsumerMessage` class when the consumer starts, so threads that
@@ -29,16 +29,15 @@ use ::jni::objects::{GlobalRef, JClass, JMethodID, JObject, JObjectArray, JStrin
 use ::jni::signature::ReturnType;
 use ::jni::sys::{jboolean, jlong, jstring, jvalue, JNI_FALSE};
 use ::jni::{JNIEnv, JavaVM};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use super::args::{config_from, jstr, string};
-use super::boundary::{guard, string_array, Failure, JResult, PKG};
+use super::boundary::{jni_entry, string_array, Failure, JResult, PKG};
 use super::handles;
-use crate::config::Config;
-use crate::consumer::{BatchHandler, Consumer, ConsumerStats, Handler, HandlerError, Message, Transient};
-use crate::error::{ConfigError, Error};
+use crate::consumer::{BatchHandler, Handler, HandlerError, Message, Transient};
+use crate::host::consumer::{self as host_consumer, Handling, HostConsumer};
 
-static CONSUMERS: LazyLock<Mutex<HashMap<i64, Arc<ConsumerEntry>>>> = LazyLock::new(Default::default);
+static CONSUMERS: LazyLock<Mutex<HashMap<i64, Arc<HostConsumer>>>> = LazyLock::new(Default::default);
 
 thread_local! {
     /// Set while this thread runs a Java consumer handler: `stop`/`close` would wait for it.
@@ -47,59 +46,7 @@ thread_local! {
     static NAMED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Where a consumer is in its life.
-enum Run {
-    Running(Consumer),
-    /// `stop` is under way on some thread; the counts when it began.
-    Stopping(ConsumerStats),
-    /// The final counts.
-    Stopped(ConsumerStats),
-}
-
-struct ConsumerEntry {
-    run: Mutex<Run>,
-    stopped: Condvar,
-}
-
-impl ConsumerEntry {
-    /// The counters as JSON (`"stopped": true` once stopped).
-    fn stats_json(&self) -> String {
-        match &*self.run.lock() {
-            Run::Running(c) => c.stats().to_json(false),
-            Run::Stopping(s) => s.to_json(false),
-            Run::Stopped(s) => s.to_json(true),
-        }
-    }
-
-    /// Stops the consumer (or waits for the stop under way) and returns the final counts.
-    fn stop(&self) -> ConsumerStats {
-        let mut run = self.run.lock();
-        loop {
-            match &*run {
-                Run::Stopped(last) => return last.clone(),
-                Run::Stopping(_) => self.stopped.wait(&mut run),
-                Run::Running(c) => {
-                    let at_start = c.stats();
-                    let Run::Running(consumer) = std::mem::replace(&mut *run, Run::Stopping(at_start.clone())) else {
-                        unreachable!("matched Running above")
-                    };
-                    // Not under the lock: `stats` goes on meanwhile (from handlers too).
-                    drop(run);
-                    let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| consumer.stop()));
-                    let last = stopped.as_ref().map_or(at_start, Clone::clone);
-                    *self.run.lock() = Run::Stopped(last.clone());
-                    self.stopped.notify_all();
-                    if let Err(panic) = stopped {
-                        std::panic::resume_unwind(panic);
-                    }
-                    return last;
-                }
-            }
-        }
-    }
-}
-
-fn consumer(handle: i64) -> JResult<Arc<ConsumerEntry>> {
+fn consumer(handle: i64) -> JResult<Arc<HostConsumer>> {
     CONSUMERS
         .lock()
         .get(&handle)
@@ -125,148 +72,67 @@ fn refuse_in_handler(what: &str) -> JResult<()> {
 // ---------------------------------------------------------------------------------------------
 // entry points
 
-/// Starts a consumer of `topic` for `group` with the configuration `keys`/`values`, running
-/// `dispatcher.dispatch(tx, messages)` for each message (`batch` false) or each batch's new
-/// messages (`batch` true). Returns its handle.
-#[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_io_outbox_Native_consumerStart<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    keys: JObjectArray<'l>,
-    values: JObjectArray<'l>,
-    topic: JString<'l>,
-    group: JString<'l>,
-    dispatcher: JObject<'l>,
-    batch: jboolean,
-) -> jlong {
-    guard(&mut env, 0, |env| {
+jni_entry! {
+    /// Starts a consumer of `topic` for `group` with the configuration `keys`/`values`, running
+    /// `dispatcher.dispatch(tx, messages)` for each message (`batch` false) or each batch's new
+    /// messages (`batch` true). Returns its handle.
+    fn Java_io_outbox_Native_consumerStart(
+        keys: JObjectArray<'l>, values: JObjectArray<'l>,
+        topic: JString<'l>, group: JString<'l>,
+        dispatcher: JObject<'l>, batch: jboolean,
+    ) -> jlong = 0, |env| {
         if dispatcher.is_null() {
             return Err(Failure::Null("handler"));
         }
         let topic = string(env, &topic, "topic")?;
         let group = string(env, &group, "group")?;
         let config = config_from(env, &keys, &values)?;
-        check_topic(&topic)?;
-        crate::inbox::check_group(&group)?;
-        if config.db_url.trim().is_empty() {
-            return Err(ConfigError::invalid("db.url", "", "is required").into());
-        }
-        let handler = JavaHandler::new(env, &dispatcher)?;
-        let consumer = start(&config, &topic, &group, handler, batch != JNI_FALSE)?;
+        let handler = Arc::new(JavaHandler::new(env, &dispatcher)?);
+        let handling = if batch == JNI_FALSE {
+            Handling::Each(handler)
+        } else {
+            Handling::Batch(handler)
+        };
+        let consumer = host_consumer::start(&config, &topic, &group, handling)?;
         let h = handles::next();
-        CONSUMERS.lock().insert(
-            h,
-            Arc::new(ConsumerEntry {
-                run: Mutex::new(Run::Running(consumer)),
-                stopped: Condvar::new(),
-            }),
-        );
+        CONSUMERS.lock().insert(h, Arc::new(consumer));
         Ok(h)
-    })
+    }
 }
 
-/// The consumer's counters as JSON (`ConsumerStats::to_json`).
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_consumerStats<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) -> jstring {
-    guard(&mut env, null_mut(), |env| {
+jni_entry! {
+    /// The consumer's counters as JSON (`ConsumerStats::to_json`).
+    fn Java_io_outbox_Native_consumerStats(handle: jlong) -> jstring = null_mut(), |env| {
         let json = consumer(handle)?.stats_json();
         jstr(env, json)
-    })
+    }
 }
 
-/// Stops the consumer (the handle stays valid for `consumerStats` until `consumerClose`) and
-/// returns the final counters as JSON. Blocks until the runtime stopped, also when another
-/// thread's stop is under way; a stopped consumer returns its final counters again.
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_consumerStop<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) -> jstring {
-    guard(&mut env, null_mut(), |env| {
+jni_entry! {
+    /// Stops the consumer (the handle stays valid for `consumerStats` until `consumerClose`) and
+    /// returns the final counters as JSON. Blocks until the runtime stopped, also when another
+    /// thread's stop is under way; a stopped consumer returns its final counters again.
+    fn Java_io_outbox_Native_consumerStop(handle: jlong) -> jstring = null_mut(), |env| {
         refuse_in_handler("stop")?;
-        let entry = consumer(handle)?;
-        let json = entry.stop().to_json(true);
-        jstr(env, json)
-    })
+        let (last, _) = consumer(handle)?.stop();
+        jstr(env, last.to_json(true))
+    }
 }
 
-/// Stops the consumer as `consumerStop` does, then releases the handle; returns the final
-/// counters as JSON, or `null` for a handle that is not open.
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_consumerClose<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) -> jstring {
-    guard(&mut env, null_mut(), |env| {
+jni_entry! {
+    /// Stops the consumer as `consumerStop` does, then releases the handle; returns the final
+    /// counters as JSON, or `null` for a handle that is not open.
+    fn Java_io_outbox_Native_consumerClose(handle: jlong) -> jstring = null_mut(), |env| {
         refuse_in_handler("close")?;
         let Some(entry) = CONSUMERS.lock().get(&handle).cloned() else {
             return Ok(null_mut());
         };
         // Stopped while still registered, so `stats` and `stop` on other threads see it stop.
-        let last = entry.stop();
+        let (last, _) = entry.stop();
         CONSUMERS.lock().remove(&handle);
         drop(entry);
         jstr(env, last.to_json(true))
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// start
-
-/// The topic as the relay's `topic` key takes it: 1 to 127 characters of `[A-Za-z0-9_%|-]`.
-fn check_topic(topic: &str) -> JResult<()> {
-    let n = topic.chars().count();
-    let reason = if topic.trim().is_empty() {
-        "must not be empty".to_string()
-    } else if n > crate::event::MAX_TOPIC_CHARS {
-        format!("is {n} characters, more than {}", crate::event::MAX_TOPIC_CHARS)
-    } else if !topic
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%' | '|'))
-    {
-        format!("{topic:?} has characters other than [A-Za-z0-9_%|-]")
-    } else {
-        return Ok(());
-    };
-    Err(Error::InvalidEvent { field: "topic", reason }.into())
-}
-
-#[cfg(feature = "rocketmq")]
-fn start(config: &Config, topic: &str, group: &str, handler: JavaHandler, batch: bool) -> JResult<Consumer> {
-    use crate::rocketmq::{RocketMqSource, SourceConfig};
-    let mut cc = config.consumer.clone();
-    cc.group = group.to_string();
-    let pool = crate::db::connect(config)?;
-    // Everything the database side needs, before the source joins the group.
-    Consumer::check(&cc, &pool)?;
-    let source = Arc::new(RocketMqSource::start(&SourceConfig::for_consumer(
-        &config.rocketmq.namesrv,
-        topic,
-        &cc,
-    ))?);
-    let handler = Arc::new(handler);
-    Ok(if batch {
-        Consumer::start_batch(cc, pool, source, handler)?
-    } else {
-        Consumer::start(cc, pool, source, handler)?
-    })
-}
-
-#[cfg(not(feature = "rocketmq"))]
-fn start(_: &Config, _: &str, _: &str, _: JavaHandler, _: bool) -> JResult<Consumer> {
-    Err(Error::Publisher(
-        "this library was built without the rocketmq feature: no consumer (build it with \
-         `cargo build --features jni,rocketmq`)"
-            .into(),
-    )
-    .into())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ use ::jni::objects::{GlobalRef, JClass, JObject, JValue};
 use ::jni::{JNIEnv, JavaVM};
 
 use super::boundary::{JResult, PKG};
+use crate::host::log_level::number_of;
 use crate::host::log_sink::{set_sink, write_stderr, Sink};
 
 struct JavaLog {
@@ -34,13 +35,7 @@ impl JavaLog {
             // No Java call is allowed while an exception is pending (it is on its way to Java).
             return write_stderr(level, target, message);
         }
-        let code = match level {
-            log::Level::Error => 1,
-            log::Level::Warn => 2,
-            log::Level::Info => 3,
-            log::Level::Debug => 4,
-            log::Level::Trace => 5,
-        };
+        let code = number_of(level);
         // A local frame: an attached relay thread never returns to Java to free local refs.
         let outcome = env.with_local_frame(4, |env| -> ::jni::errors::Result<()> {
             let class: &JClass<'_> = self.class.as_obj().into();
@@ -70,10 +65,7 @@ pub(crate) fn install(env: &mut JNIEnv<'_>) -> JResult<()> {
         vm: env.get_java_vm()?,
         class: env.new_global_ref(class)?,
     });
-    set_sink(Sink::Host(Arc::new(move |level, target, message| {
+    Ok(set_sink(Sink::Host(Arc::new(move |level, target, message| {
         java.deliver(level, target, message)
-    })))
-    .map_err(|_| {
-        super::boundary::Failure::IllegalState("the log sink cannot be changed from inside a log callback".into())
-    })
+    })))?)
 }

@@ -1,9 +1,10 @@
 //! JNI glue for `bindings/java` (package `io.outbox`, class `Native`).
 //!
-//! Every entry point goes through [`boundary::guard`]: panics are caught, every error becomes
-//! the Java exception of its kind (`OutboxConfigException`, `OutboxInvalidEventException`,
-//! `OutboxDatabaseException`, `OutboxStoppedException`, ...), and nothing but a pending
-//! exception and a harmless default reaches the JVM.
+//! Every entry point is a `jni_entry!` and goes through [`boundary::guard`]: panics are caught,
+//! every error becomes the Java exception of its kind (`OutboxConfigException`,
+//! `OutboxInvalidEventException`, `OutboxDatabaseException`, `OutboxStoppedException`, ...), and
+//! nothing but a pending exception and a harmless default reaches the JVM. An operation the C ABI
+//! offers too is written once in `crate::host`; the entry point converts its arguments and result.
 //!
 //! Relays, consumers and transactions are handed to Java as `long` handles that index a
 //! registry of `Arc`s: a handle is never a pointer, is never reused, and a closed or unknown
@@ -26,17 +27,20 @@ mod logging;
 use std::ptr::null_mut;
 use std::sync::Arc;
 
-use ::jni::objects::{JByteArray, JClass, JDoubleArray, JLongArray, JObject, JObjectArray, JString};
+use ::jni::objects::{JByteArray, JDoubleArray, JLongArray, JObject, JObjectArray, JString};
 use ::jni::sys::{jboolean, jint, jintArray, jlong, jlongArray, jobjectArray, jstring, JNI_FALSE, JNI_TRUE};
 use ::jni::JNIEnv;
-use mysql::prelude::Queryable;
 
 use crate::config::Config;
 use crate::error::{ConfigError, Error};
+use crate::host::relay::{check_event, insert_statement, HostRelay};
+use crate::host::tx::HostTx;
+use crate::host::{log_level, relay as host_relay};
+use crate::migrate::{migrate_table, MigrationReport};
 use crate::relay::{DeadLetterHook, StopReport};
 use crate::store::DeadLetter;
-use args::{as_i64, config_from, event_from, int_array, jstr, long_array, millis, params_from, string};
-use boundary::{guard, string_array, Failure, JResult};
+use args::{config_from, event_from, int_array, jstr, long_array, millis, statement_from, string};
+use boundary::{jni_entry, string_array, Failure, JResult};
 
 /// Version of the contract between `outbox.jar` and this library (the set of native methods
 /// and their signatures). The jar refuses a library with another value.
@@ -58,88 +62,67 @@ fn report_array(env: &mut JNIEnv<'_>, r: &StopReport) -> JResult<jlongArray> {
     )
 }
 
-fn migration_array(env: &mut JNIEnv<'_>, r: &crate::migrate::MigrationReport) -> JResult<jintArray> {
+fn migration_array(env: &mut JNIEnv<'_>, r: &MigrationReport) -> JResult<jintArray> {
     let clamp = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
     let mut v = vec![clamp(r.current)];
     v.extend(r.applied.iter().map(|&n| clamp(n)));
     int_array(env, &v)
 }
 
+fn clamp_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 // ---------------------------------------------------------------------------------------------
 // library
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_abiVersion<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jint {
-    guard(&mut env, 0, |_| Ok(JNI_ABI_VERSION))
+jni_entry! {
+    fn Java_io_outbox_Native_abiVersion() -> jint = 0, |_| Ok(JNI_ABI_VERSION)
 }
 
-/// Routes the library's log records to `Native.log` (System.Logger); called once at load.
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_installLogger<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) {
-    guard(&mut env, (), logging::install)
+jni_entry! {
+    /// Routes the library's log records to `Native.log` (System.Logger); called once at load.
+    fn Java_io_outbox_Native_installLogger() -> () = (), |env| logging::install(env)
 }
 
-/// Sets the process-wide log threshold (0 off, 1 error ... 5 trace).
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_setLogLevel<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>, level: jint) {
-    guard(&mut env, (), |_| {
-        let filter = match level {
-            0 => log::LevelFilter::Off,
-            1 => log::LevelFilter::Error,
-            2 => log::LevelFilter::Warn,
-            3 => log::LevelFilter::Info,
-            4 => log::LevelFilter::Debug,
-            5 => log::LevelFilter::Trace,
-            _ => return Err(Failure::IllegalArgument(format!("unknown log level {level}"))),
-        };
-        log::set_max_level(filter);
-        Ok(())
-    })
+jni_entry! {
+    /// Sets the process-wide log threshold (0 off, 1 error ... 5 trace).
+    fn Java_io_outbox_Native_setLogLevel(level: jint) -> () = (), |_| Ok(log_level::set_max_level(level)?)
 }
 
-/// Logs one record through the library's logger, from a thread the JVM has never seen (as a
-/// relay thread would): for the binding's tests of the logging path.
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_selfTestLog<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    message: JString<'l>,
-) {
-    guard(&mut env, (), |env| {
+jni_entry! {
+    /// Logs one record through the library's logger, from a thread the JVM has never seen (as a
+    /// relay thread would): for the binding's tests of the logging path.
+    fn Java_io_outbox_Native_selfTestLog(message: JString<'l>) -> () = (), |env| {
         let message = string(env, &message, "message")?;
+        let name = "outbox-log-self-test";
         std::thread::Builder::new()
-            .name("outbox-log-self-test".into())
+            .name(name.into())
             .spawn(move || log::warn!(target: "outbox::self_test", "{message}"))
-            .map_err(|e| Failure::IllegalState(e.to_string()))?
+            .map_err(|source| Error::Thread { name: name.into(), source })?
             .join()
             .map_err(|_| Failure::IllegalState("the logging thread panicked".into()))
-    })
+    }
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_version<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jstring {
-    guard(&mut env, null_mut(), |env| jstr(env, crate::VERSION))
+jni_entry! {
+    fn Java_io_outbox_Native_version() -> jstring = null_mut(), |env| jstr(env, crate::VERSION)
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_features<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jobjectArray {
-    guard(&mut env, null_mut(), |env| {
+jni_entry! {
+    fn Java_io_outbox_Native_features() -> jobjectArray = null_mut(), |env| {
         let mut features = vec!["jni"];
         if cfg!(feature = "rocketmq") {
             features.push("rocketmq");
         }
         Ok(string_array(env, &features)?.into_raw())
-    })
+    }
 }
 
-/// `[key0, doc0, redaction0, key1, doc1, redaction1, ...]` in documentation order; a redaction
-/// is `secret` (shown as `***`), `url` (the password of a URL hidden) or empty (shown as is).
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_configKeyDocs<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-) -> jobjectArray {
-    guard(&mut env, null_mut(), |env| {
+jni_entry! {
+    /// `[key0, doc0, redaction0, key1, doc1, redaction1, ...]` in documentation order; a redaction
+    /// is `secret` (shown as `***`), `url` (the password of a URL hidden) or empty (shown as is).
+    fn Java_io_outbox_Native_configKeyDocs() -> jobjectArray = null_mut(), |env| {
         use crate::config::Redaction;
         let flat: Vec<&str> = crate::config::KEYS
             .iter()
@@ -153,185 +136,114 @@ pub extern "system" fn Java_io_outbox_Native_configKeyDocs<'l>(
             })
             .collect();
         Ok(string_array(env, &flat)?.into_raw())
-    })
+    }
 }
 
-/// The default value of `key`, in the form `set` accepts.
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_configDefault<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    key: JString<'l>,
-) -> jstring {
-    guard(&mut env, null_mut(), |env| {
+jni_entry! {
+    /// The default value of `key`, in the form `set` accepts.
+    fn Java_io_outbox_Native_configDefault(key: JString<'l>) -> jstring = null_mut(), |env| {
         let key = string(env, &key, "key")?;
         let value = Config::default().get(&key).ok_or(ConfigError::UnknownKey { key })?;
         jstr(env, value)
-    })
+    }
 }
 
-/// Checks one key and value alone (unknown key, bad value).
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_configCheck<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    key: JString<'l>,
-    value: JString<'l>,
-) {
-    guard(&mut env, (), |env| {
+jni_entry! {
+    /// Checks one key and value alone (unknown key, bad value).
+    fn Java_io_outbox_Native_configCheck(key: JString<'l>, value: JString<'l>) -> () = (), |env| {
         let key = string(env, &key, "key")?;
         let value = string(env, &value, "value")?;
-        Config::default().set(&key, &value)?;
-        Ok(())
-    })
+        Ok(Config::default().set(&key, &value)?)
+    }
 }
 
-/// Checks a whole configuration: every key and value, then the values against each other.
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_configValidate<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    keys: JObjectArray<'l>,
-    values: JObjectArray<'l>,
-) {
-    guard(&mut env, (), |env| {
-        config_from(env, &keys, &values)?.validate()?;
-        Ok(())
-    })
+jni_entry! {
+    /// Checks a whole configuration: every key and value, then the values against each other.
+    fn Java_io_outbox_Native_configValidate(keys: JObjectArray<'l>, values: JObjectArray<'l>) -> () = (), |env| {
+        Ok(config_from(env, &keys, &values)?.validate()?)
+    }
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_insertStatement<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    table: JString<'l>,
-) -> jstring {
-    guard(&mut env, null_mut(), |env| {
+jni_entry! {
+    fn Java_io_outbox_Native_insertStatement(table: JString<'l>) -> jstring = null_mut(), |env| {
         let table = string(env, &table, "table")?;
-        // Validated like the `table` key: the name goes into SQL text.
-        jstr(env, crate::insert_statement(&table)?)
-    })
+        jstr(env, insert_statement(&table)?)
+    }
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_insertParams<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jobjectArray {
-    guard(&mut env, null_mut(), |env| {
-        Ok(string_array(env, crate::INSERT_PARAMS)?.into_raw())
-    })
+jni_entry! {
+    fn Java_io_outbox_Native_insertParams() -> jobjectArray = null_mut(), |env| {
+        Ok(string_array(env, crate::store::INSERT_PARAMS)?.into_raw())
+    }
 }
 
-/// Validates an event as `enqueue` would and returns its `headers` column value (JSON, or
-/// `null` without headers), for the host-owned JDBC path.
-#[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_io_outbox_Native_checkEvent<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    biz_no: JString<'l>,
-    event_type: JString<'l>,
-    payload: JByteArray<'l>,
-    topic: JString<'l>,
-    tag: JString<'l>,
-    header_keys: JObjectArray<'l>,
-    header_values: JObjectArray<'l>,
-    payload_max_bytes: jlong,
-) -> jstring {
-    guard(&mut env, null_mut(), |env| {
-        let event = event_from(
-            env,
-            &biz_no,
-            &event_type,
-            &payload,
-            &topic,
-            &tag,
-            &header_keys,
-            &header_values,
-        )?;
+jni_entry! {
+    /// Validates an event as `enqueue` would and returns its `headers` column value (JSON, or
+    /// `null` without headers), for the host-owned JDBC path.
+    fn Java_io_outbox_Native_checkEvent(
+        biz_no: JString<'l>, event_type: JString<'l>, payload: JByteArray<'l>, topic: JString<'l>, tag: JString<'l>,
+        header_keys: JObjectArray<'l>, header_values: JObjectArray<'l>,
+        payload_max_bytes: jlong,
+    ) -> jstring = null_mut(), |env| {
+        let event = event_from(env, [&biz_no, &event_type, &topic, &tag], &payload, [&header_keys, &header_values])?;
         let max = usize::try_from(payload_max_bytes)
             .map_err(|_| Failure::IllegalArgument(format!("payload limit {payload_max_bytes}")))?;
-        event.validate(max)?;
-        match event.headers_json() {
+        match check_event(&event, max)? {
             Some(json) => jstr(env, json),
             None => Ok(null_mut()),
         }
-    })
+    }
 }
 
-/// Applies the pending migrations to the configured table; `[current, applied...]`.
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_migrateConfig<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    keys: JObjectArray<'l>,
-    values: JObjectArray<'l>,
-) -> jintArray {
-    guard(&mut env, null_mut(), |env| {
-        let config = config_from(env, &keys, &values)?;
-        if config.db_url.is_empty() {
-            return Err(ConfigError::invalid("db.url", "", "is required").into());
-        }
-        let pool = crate::connect(&config)?;
-        let report = crate::migrate_table(&pool, &config.table)?;
+jni_entry! {
+    /// Applies the pending migrations to the configured table; `[current, applied...]`.
+    fn Java_io_outbox_Native_migrateConfig(keys: JObjectArray<'l>, values: JObjectArray<'l>) -> jintArray = null_mut(), |env| {
+        let report = host_relay::migrate(&config_from(env, &keys, &values)?)?;
         migration_array(env, &report)
-    })
+    }
 }
 
-/// Handles live in this process: `[relays, transactions, consumers]` (for tests of the Cleaner
-/// backstop).
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_liveHandles<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) -> jlongArray {
-    guard(&mut env, null_mut(), |env| {
+jni_entry! {
+    /// Handles live in this process: `[relays, transactions, consumers]` (for tests of the
+    /// Cleaner backstop).
+    fn Java_io_outbox_Native_liveHandles() -> jlongArray = null_mut(), |env| {
         let (relays, txs) = handles::live();
         long_array(env, &[relays as i64, txs as i64, consumer::live() as i64])
-    })
+    }
 }
 
-/// Panics inside the boundary: proves that a Rust panic reaches Java as an exception.
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_selfTestPanic<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>) {
-    guard(&mut env, (), |_| -> JResult<()> {
+jni_entry! {
+    /// Panics inside the boundary: proves that a Rust panic reaches Java as an exception.
+    fn Java_io_outbox_Native_selfTestPanic() -> () = (), |_| {
         panic!("self-test panic requested by the Java binding's tests")
-    })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // relay
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_start<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    keys: JObjectArray<'l>,
-    values: JObjectArray<'l>,
-    dead_letter_listener: JObject<'l>,
-) -> jlong {
-    guard(&mut env, 0, |env| {
+jni_entry! {
+    fn Java_io_outbox_Native_start(
+        keys: JObjectArray<'l>,
+        values: JObjectArray<'l>,
+        dead_letter_listener: JObject<'l>,
+    ) -> jlong = 0, |env| {
         let config = config_from(env, &keys, &values)?;
-        // Before the publisher is chosen and started, so a bad config never starts a client.
-        config.validate()?;
         let hook: Option<DeadLetterHook> = if dead_letter_listener.is_null() {
             None
         } else {
             let listener = Arc::new(dead_letter::JavaListener::new(env, &dead_letter_listener)?);
             Some(Arc::new(move |d: &DeadLetter| listener.deliver(d)))
         };
-        let latency = crate::latency::LatencyStats::new();
-        let relay = crate::open_with(config, hook.clone(), Some(crate::latency::LatencyStats::hook(&latency)))?;
-        Ok(handles::add_relay(relay, hook, latency))
-    })
+        Ok(handles::add_relay(HostRelay::start(config, hook)?))
+    }
 }
 
-/// Calls the relay's dead-letter hook with a made-up letter from a thread the JVM has never
-/// seen, as a relay thread would: proves the attach-and-call path without a failing broker.
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_selfTestDeadLetter<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) -> jboolean {
-    guard(&mut env, JNI_FALSE, |_| {
-        let entry = handles::relay(handle)?;
-        let Some(hook) = entry.dead_letter.clone() else {
+jni_entry! {
+    /// Calls the relay's dead-letter hook with a made-up letter from a thread the JVM has never
+    /// seen, as a relay thread would: proves the attach-and-call path without a failing broker.
+    fn Java_io_outbox_Native_selfTestDeadLetter(handle: jlong) -> jboolean = JNI_FALSE, |_| {
+        let Some(hook) = handles::relay(handle)?.dead_letter_hook() else {
             return Ok(JNI_FALSE);
         };
         let letter = DeadLetter {
@@ -345,266 +257,137 @@ pub extern "system" fn Java_io_outbox_Native_selfTestDeadLetter<'l>(
             .join()
             .map_err(|_| Failure::IllegalState("the dead-letter hook panicked".into()))?;
         Ok(JNI_TRUE)
-    })
+    }
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_notifyRelay<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>, handle: jlong) {
-    guard(&mut env, (), |_| {
-        handles::relay(handle)?.notify();
-        Ok(())
-    })
+jni_entry! {
+    fn Java_io_outbox_Native_notifyRelay(handle: jlong) -> () = (), |_| Ok(handles::relay(handle)?.notify()?)
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_stats<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-    with_gauges: jboolean,
-) -> jstring {
-    guard(&mut env, null_mut(), |env| {
+jni_entry! {
+    fn Java_io_outbox_Native_stats(handle: jlong, with_gauges: jboolean) -> jstring = null_mut(), |env| {
+        let json = handles::relay(handle)?.stats_json(with_gauges != JNI_FALSE);
+        jstr(env, json)
+    }
+}
+
+jni_entry! {
+    fn Java_io_outbox_Native_instanceId(handle: jlong) -> jstring = null_mut(), |env| {
         let relay = handles::relay(handle)?;
-        let stats = if with_gauges == JNI_FALSE {
-            relay.counters()
-        } else {
-            relay.stats()
-        };
-        jstr(
-            env,
-            crate::latency::with_latency(&stats.to_json(), &relay.latency.snapshot()),
-        )
-    })
+        jstr(env, relay.relay.instance_id())
+    }
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_instanceId<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) -> jstring {
-    guard(&mut env, null_mut(), |env| {
-        let relay = handles::relay(handle)?;
-        jstr(env, relay.instance_id())
-    })
+jni_entry! {
+    fn Java_io_outbox_Native_isRelaying(handle: jlong) -> jboolean = JNI_FALSE, |_| {
+        Ok(jboolean::from(handles::relay(handle)?.relay.is_relaying()))
+    }
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_isRelaying<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) -> jboolean {
-    guard(&mut env, JNI_FALSE, |_| {
-        Ok(if handles::relay(handle)?.is_relaying() {
-            JNI_TRUE
-        } else {
-            JNI_FALSE
-        })
-    })
-}
-
-/// The relay's effective value of `key` (secrets masked, the password removed from `db.url`).
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_relayConfigGet<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-    key: JString<'l>,
-) -> jstring {
-    guard(&mut env, null_mut(), |env| {
+jni_entry! {
+    /// The relay's effective value of `key` (secrets masked, the password removed from `db.url`).
+    fn Java_io_outbox_Native_relayConfigGet(handle: jlong, key: JString<'l>) -> jstring = null_mut(), |env| {
         let key = string(env, &key, "key")?;
         let relay = handles::relay(handle)?;
-        let value = relay
-            .config()
-            .get_redacted(&key)
-            .ok_or(ConfigError::UnknownKey { key })?;
+        let value = relay.relay.config().get_redacted(&key).ok_or(ConfigError::UnknownKey { key })?;
         jstr(env, value)
-    })
+    }
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_migrate<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) -> jintArray {
-    guard(&mut env, null_mut(), |env| {
+jni_entry! {
+    fn Java_io_outbox_Native_migrate(handle: jlong) -> jintArray = null_mut(), |env| {
         let relay = handles::relay(handle)?;
-        let report = crate::migrate_table(relay.pool(), &relay.config().table)?;
+        let report = migrate_table(relay.relay.pool(), &relay.relay.config().table)?;
         migration_array(env, &report)
-    })
+    }
 }
 
-/// Stops relaying (the handle stays valid until `close`); `[released, in_flight_at_deadline,
-/// timed_out, already_stopped]`.
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_stop<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-    timeout_ms: jlong,
-) -> jlongArray {
-    guard(&mut env, null_mut(), |env| {
-        let relay = handles::relay(handle)?;
-        let report = relay.stop(millis(timeout_ms));
+jni_entry! {
+    /// Stops relaying (the handle stays valid until `close`); `[released, in_flight_at_deadline,
+    /// timed_out, already_stopped]`.
+    fn Java_io_outbox_Native_stop(handle: jlong, timeout_ms: jlong) -> jlongArray = null_mut(), |env| {
+        let report = handles::relay(handle)?.stop(millis(timeout_ms));
         report_array(env, &report)
-    })
+    }
 }
 
-/// Stops the relay and releases the handle. Unknown or already closed handles return `null`.
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_close<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-    timeout_ms: jlong,
-) -> jlongArray {
-    guard(&mut env, null_mut(), |env| match handles::remove_relay(handle) {
-        Some(relay) => {
-            let report = relay.stop(millis(timeout_ms));
-            drop(relay);
-            report_array(env, &report)
+jni_entry! {
+    /// Stops the relay and releases the handle. Unknown or already closed handles return `null`.
+    fn Java_io_outbox_Native_close(handle: jlong, timeout_ms: jlong) -> jlongArray = null_mut(), |env| {
+        match handles::remove_relay(handle) {
+            Some(relay) => report_array(env, &relay.stop(millis(timeout_ms))),
+            None => Ok(null_mut()),
         }
-        None => Ok(null_mut()),
-    })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // library-owned transactions
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_txBegin<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    handle: jlong,
-) -> jlong {
-    guard(&mut env, 0, |_| {
-        let relay = handles::relay(handle)?;
-        let tx = crate::host::owned_tx::OwnedTx::begin(relay.pool(), relay.config())?;
-        Ok(handles::add_tx(relay, tx))
-    })
+jni_entry! {
+    fn Java_io_outbox_Native_txBegin(handle: jlong) -> jlong = 0, |_| {
+        Ok(handles::add_tx(HostTx::begin(handles::relay(handle)?)?))
+    }
 }
 
-#[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_io_outbox_Native_txExecute<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    tx: jlong,
-    sql: JString<'l>,
-    kinds: JByteArray<'l>,
-    ints: JLongArray<'l>,
-    doubles: JDoubleArray<'l>,
-    blobs: JObjectArray<'l>,
-) -> jlong {
-    guard(&mut env, 0, |env| {
-        let sql = string(env, &sql, "sql")?;
-        let params = params_from(env, &kinds, &ints, &doubles, &blobs)?;
-        handles::with_statement_tx(tx, Some(&sql), |t| {
-            t.exec_drop(&sql, params)?;
-            Ok(i64::try_from(t.affected_rows()).unwrap_or(i64::MAX))
-        })
-    })
+jni_entry! {
+    fn Java_io_outbox_Native_txExecute(
+        tx: jlong,
+        sql: JString<'l>, kinds: JByteArray<'l>, ints: JLongArray<'l>, doubles: JDoubleArray<'l>, blobs: JObjectArray<'l>,
+    ) -> jlong = 0, |env| {
+        let (sql, params) = statement_from(env, &sql, &kinds, &ints, &doubles, &blobs)?;
+        let (affected, _) = handles::with_tx(tx, |t| t.execute(&sql, params))?;
+        Ok(clamp_i64(affected))
+    }
 }
 
-/// The first column of the first row, as `[value]`, or `[]` when there is no row or it is NULL.
-#[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_io_outbox_Native_txQueryLong<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    tx: jlong,
-    sql: JString<'l>,
-    kinds: JByteArray<'l>,
-    ints: JLongArray<'l>,
-    doubles: JDoubleArray<'l>,
-    blobs: JObjectArray<'l>,
-) -> jlongArray {
-    guard(&mut env, null_mut(), |env| {
-        let sql = string(env, &sql, "sql")?;
-        let params = params_from(env, &kinds, &ints, &doubles, &blobs)?;
-        let value = handles::with_statement_tx(tx, Some(&sql), |t| {
-            let row: Option<mysql::Row> = t.exec_first(&sql, params)?;
-            match row.and_then(|r| r.as_ref(0).cloned()) {
-                None | Some(mysql::Value::NULL) => Ok(None),
-                Some(v) => as_i64(&v)
-                    .map(Some)
-                    .ok_or_else(|| Failure::IllegalArgument(format!("the first column ({v:?}) is not a whole number"))),
-            }
-        })?;
+jni_entry! {
+    /// The first column of the first row, as `[value]`, or `[]` when there is no row or it is
+    /// NULL.
+    fn Java_io_outbox_Native_txQueryLong(
+        tx: jlong,
+        sql: JString<'l>, kinds: JByteArray<'l>, ints: JLongArray<'l>, doubles: JDoubleArray<'l>, blobs: JObjectArray<'l>,
+    ) -> jlongArray = null_mut(), |env| {
+        let (sql, params) = statement_from(env, &sql, &kinds, &ints, &doubles, &blobs)?;
+        let value = handles::with_tx(tx, |t| t.query_i64(&sql, params))?;
         long_array(env, value.as_slice())
-    })
+    }
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_txLastInsertId<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    tx: jlong,
-) -> jlong {
-    guard(&mut env, 0, |_| {
-        handles::with_statement_tx(tx, None, |t| {
-            Ok(t.last_insert_id().map_or(0, |id| i64::try_from(id).unwrap_or(i64::MAX)))
+jni_entry! {
+    fn Java_io_outbox_Native_txLastInsertId(tx: jlong) -> jlong = 0, |_| {
+        Ok(clamp_i64(handles::with_tx(tx, HostTx::last_insert_id)?))
+    }
+}
+
+jni_entry! {
+    fn Java_io_outbox_Native_txEnqueue(
+        tx: jlong,
+        biz_no: JString<'l>, event_type: JString<'l>, payload: JByteArray<'l>, topic: JString<'l>, tag: JString<'l>,
+        header_keys: JObjectArray<'l>, header_values: JObjectArray<'l>,
+    ) -> jlong = 0, |env| {
+        let event = event_from(env, [&biz_no, &event_type, &topic, &tag], &payload, [&header_keys, &header_values])?;
+        Ok(clamp_i64(handles::with_tx(tx, |t| t.enqueue(&event))?))
+    }
+}
+
+jni_entry! {
+    /// Commits and wakes the relay. The handle is released whatever the outcome. Refused on a
+    /// consumer's transaction (only the consumer ends it).
+    fn Java_io_outbox_Native_txCommit(tx: jlong) -> () = (), |_| {
+        handles::end_tx(tx, HostTx::commit)
+            .unwrap_or_else(|| Err(Failure::IllegalState(format!("transaction {tx} is already finished"))))
+    }
+}
+
+jni_entry! {
+    /// Rolls back and releases the handle; a finished or unknown handle is a no-op. Refused on a
+    /// consumer's transaction (only the consumer ends it).
+    fn Java_io_outbox_Native_txRollback(tx: jlong) -> () = (), |_| {
+        handles::end_tx(tx, |t| match t.rollback() {
+            Err(crate::host::error::HostError::TxFinished) => Ok(()),
+            other => other,
         })
-    })
-}
-
-#[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_io_outbox_Native_txEnqueue<'l>(
-    mut env: JNIEnv<'l>,
-    _class: JClass<'l>,
-    tx: jlong,
-    biz_no: JString<'l>,
-    event_type: JString<'l>,
-    payload: JByteArray<'l>,
-    topic: JString<'l>,
-    tag: JString<'l>,
-    header_keys: JObjectArray<'l>,
-    header_values: JObjectArray<'l>,
-) -> jlong {
-    guard(&mut env, 0, |env| {
-        let event = event_from(
-            env,
-            &biz_no,
-            &event_type,
-            &payload,
-            &topic,
-            &tag,
-            &header_keys,
-            &header_values,
-        )?;
-        handles::with_tx(tx, "enqueue", |relay, t| {
-            let id = relay.enqueue_in_tx(t, &event)?;
-            Ok(i64::try_from(id).unwrap_or(i64::MAX))
-        })
-    })
-}
-
-/// Commits and wakes the relay. The handle is released whatever the outcome. Refused on a
-/// consumer's transaction (only the consumer ends it).
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_txCommit<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>, tx: jlong) {
-    guard(&mut env, (), |_| {
-        handles::refuse_if_lent(tx, "commit")?;
-        let (relay, t) = handles::take_tx(tx)
-            .ok_or_else(|| Failure::IllegalState(format!("transaction {tx} is already finished")))?;
-        t.commit().map_err(Error::Db)?;
-        relay.notify();
-        Ok(())
-    })
-}
-
-/// Rolls back and releases the handle; a finished or unknown handle is a no-op. Refused on a
-/// consumer's transaction (only the consumer ends it).
-#[no_mangle]
-pub extern "system" fn Java_io_outbox_Native_txRollback<'l>(mut env: JNIEnv<'l>, _class: JClass<'l>, tx: jlong) {
-    guard(&mut env, (), |_| {
-        handles::refuse_if_lent(tx, "rollback")?;
-        if let Some((_, t)) = handles::take_tx(tx) {
-            t.rollback().map_err(Error::Db)?;
-        }
-        Ok(())
-    })
+        .unwrap_or(Ok(()))
+    }
 }

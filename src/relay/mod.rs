@@ -227,7 +227,7 @@ impl Relay {
             std::thread::Builder::new()
                 .name(name.clone())
                 .spawn(f)
-                .map_err(|e| Error::Publisher(format!("could not start thread {name}: {e}")))
+                .map_err(|source| Error::Thread { name, source })
         };
         for i in 0..inner.config.workers {
             let (inner, rx, done) = (inner.clone(), chunk_rx.clone(), done_tx.clone());

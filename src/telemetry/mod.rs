@@ -26,6 +26,8 @@ pub mod otlp;
 /// How a handling attempt ended, for its `outbox.process` span (the error's text is the span's
 /// status).
 #[derive(Debug, Clone, Copy)]
+// Without the feature `otel` nothing reads the errors (no span to carry them).
+#[cfg_attr(not(feature = "otel"), allow(dead_code))]
 pub(crate) enum Handled<'a> {
     /// Committed: the handler ran (or the key was a duplicate).
     Committed,

@@ -382,7 +382,8 @@ fn migrate(config: &Config, dry_run: bool) -> outbox::Result<()> {
 /// Why `run` ended in failure.
 enum RunFailure {
     Error(outbox::Error),
-    /// The relay could not start, in plain words.
+    /// The relay, or what the daemon runs beside it (the signal handler, the metrics and console
+    /// listeners), could not start, in plain words.
     Startup(String),
 }
 
@@ -407,7 +408,7 @@ fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
             std::process::exit(130);
         }
     })
-    .map_err(|e| outbox::Error::Publisher(format!("cannot install the signal handler: {e}")))?;
+    .map_err(|e| RunFailure::Startup(format!("cannot install the signal handler: {e}")))?;
     log::info!(
         "outboxd {} on {} table {} (publisher {})",
         outbox::VERSION,
@@ -421,7 +422,8 @@ fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
     let _spans = telemetry::export(&config)?;
     let target = metrics::Target::new();
     if let Some(addr) = &config.metrics_listen {
-        metrics::serve(addr, target.clone(), latency.clone()).map_err(|e| outbox::Error::Publisher(e.to_string()))?;
+        metrics::serve(addr, target.clone(), latency.clone())
+            .map_err(|e| RunFailure::Startup(format!("cannot serve the metrics: {e}")))?;
     }
     // The operator console, once the relay runs (it shows the relay's rates and latency).
     let console: Arc<std::sync::OnceLock<Arc<outbox::console::Console>>> = Arc::default();
@@ -493,7 +495,8 @@ fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
     if config.console.enabled {
         let c = Arc::new(outbox::console::Console::new(&config)?);
         c.attach(relay.clone());
-        console::serve(&config.console.listen, c.clone()).map_err(|e| outbox::Error::Publisher(e.to_string()))?;
+        console::serve(&config.console.listen, c.clone())
+            .map_err(|e| RunFailure::Startup(format!("cannot serve the console: {e}")))?;
         let _ = console.set(c);
     }
     let _ = rx.recv();

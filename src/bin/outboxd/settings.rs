@@ -140,6 +140,7 @@ pub fn load(
         let keys: Vec<&str> = match &e {
             ConfigError::UnknownKey { key } | ConfigError::InvalidValue { key, .. } => vec![key.as_str()],
             ConfigError::Inconsistent { keys, .. } => keys.iter().map(String::as_str).collect(),
+            _ => Vec::new(),
         };
         if keys.iter().any(|k| refused.iter().any(|r| r == k)) {
             continue;
