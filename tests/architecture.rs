@@ -77,38 +77,77 @@ fn is_module(name: &str) -> bool {
     src.join(format!("{name}.rs")).is_file() || src.join(name).is_dir()
 }
 
-/// The names a file uses as `crate::<name>` in its code (comments left out; doc links in
-/// comments are prose, not imports).
+/// The names a file uses as `crate::<name>` in its code, with their lines: plain paths
+/// (`crate::store::Store`) and each head of a group (`use crate::{store::Store, relay};`, over
+/// several lines too). Comments are left out: doc links in comments are prose, not imports.
 fn imports(text: &str) -> Vec<(usize, String)> {
+    // The code without its comments, line breaks kept, so that a position tells its line.
+    let code: String = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
     let mut found = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let code = line.split("//").next().unwrap_or("");
-        let mut rest = code;
-        while let Some(i) = rest.find("crate::") {
-            let after = &rest[i + "crate::".len()..];
-            let name: String = after
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            // `$crate::` in a macro expands where the macro is used.
-            let macro_path = i > 0 && rest.as_bytes()[i - 1] == b'$';
-            if !macro_path && !name.is_empty() {
-                found.push((n + 1, name));
+    let mut from = 0;
+    while let Some(i) = code[from..].find("crate::") {
+        let at = from + i;
+        let rest = at + "crate::".len();
+        from = rest;
+        // `$crate::` in a macro expands where the macro is used.
+        if at > 0 && code.as_bytes()[at - 1] == b'$' {
+            continue;
+        }
+        if code[rest..].starts_with('{') {
+            for (offset, name) in group_heads(&code[rest + 1..]) {
+                found.push((line_of(rest + 1 + offset), name));
             }
-            rest = after;
+        } else {
+            let name = ident(&code[rest..]);
+            if !name.is_empty() {
+                found.push((line_of(at), name));
+            }
         }
     }
     found
 }
 
-#[test]
-fn imports_run_one_way_as_docs_architecture_md_says() {
-    let layers = layers();
-    let mut files = Vec::new();
-    rust_files(&root().join("src"), &mut files);
-    files.sort();
+/// The identifier `s` starts with.
+fn ident(s: &str) -> String {
+    s.chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The first segment of each item of a `{...}` group (`s` starts after the `{`), with its offset
+/// in `s`, up to the group's closing brace; `self` is the group's own path, not an import.
+fn group_heads(s: &str) -> Vec<(usize, String)> {
+    let mut heads = Vec::new();
+    let mut depth = 0;
+    let mut item_start = true;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => item_start = true,
+            c if item_start && !c.is_whitespace() => {
+                item_start = false;
+                let name = ident(&s[i..]);
+                if !name.is_empty() && name != "self" {
+                    heads.push((i, name));
+                }
+            }
+            _ => {}
+        }
+    }
+    heads
+}
+
+/// Every import of `files` (path under `src/`, text) that runs against `layers`.
+fn violations(layers: &Layers, files: &[(PathBuf, String)]) -> Vec<String> {
     let mut wrong = Vec::new();
-    for file in &files {
+    for (file, text) in files {
         let Some(from) = module_of(file) else { continue };
         let from_rank = *layers.rank.get(&from).unwrap_or_else(|| {
             panic!(
@@ -116,12 +155,11 @@ fn imports_run_one_way_as_docs_architecture_md_says() {
                 file.display()
             )
         });
-        let text = std::fs::read_to_string(file).expect("a source file");
-        for (line, to) in imports(&text) {
+        for (line, to) in imports(text) {
             if to == from {
                 continue;
             }
-            let shown = format!("{}:{line}", file.strip_prefix(root()).unwrap().display());
+            let shown = format!("{}:{line}", file.strip_prefix(root()).unwrap_or(file).display());
             if !is_module(&to) {
                 // An item of lib.rs (`crate::Config`, `crate::open`): the crate's face, for hosts.
                 if !layers.hosts.contains(&from) {
@@ -143,6 +181,23 @@ fn imports_run_one_way_as_docs_architecture_md_says() {
             }
         }
     }
+    wrong
+}
+
+#[test]
+fn imports_run_one_way_as_docs_architecture_md_says() {
+    let layers = layers();
+    let mut paths = Vec::new();
+    rust_files(&root().join("src"), &mut paths);
+    paths.sort();
+    let files: Vec<(PathBuf, String)> = paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).expect("a source file");
+            (p, text)
+        })
+        .collect();
+    let wrong = violations(&layers, &files);
     assert!(
         wrong.is_empty(),
         "imports against docs/architecture.md:\n{}",
@@ -171,4 +226,30 @@ fn the_reader_finds_imports_and_skips_comments_and_macro_paths() {
     let found: Vec<(usize, String)> = vec![(1, "store".into()), (3, "db".into()), (5, "Config".into())];
     assert_eq!(imports(text), found);
     assert!(is_module("store") && is_module("relay") && !is_module("Config") && !is_module("open"));
+}
+
+#[test]
+fn the_reader_finds_the_heads_of_grouped_imports_on_their_lines() {
+    let text = "use crate::{store::Store, relay};\nuse crate::{\n    self,\n    config::{Config, SentRows}, // crate::ffi\n    db,\n};";
+    let found: Vec<(usize, String)> = vec![
+        (1, "store".into()),
+        (1, "relay".into()),
+        (4, "config".into()),
+        (5, "db".into()),
+    ];
+    assert_eq!(imports(text), found);
+}
+
+#[test]
+fn a_grouped_import_against_the_layers_fails_the_check() {
+    let layers = layers();
+    // `store` (a service) importing `relay` (a half, above it) inside a group.
+    let file = root().join("src/store/example.rs");
+    let text = "use crate::{\n    error::Result,\n    relay::Relay,\n};".to_string();
+    let wrong = violations(&layers, &[(file, text)]);
+    assert_eq!(wrong.len(), 1, "{wrong:?}");
+    assert!(
+        wrong[0].contains("src/store/example.rs:3") && wrong[0].contains("`store` imports `relay`"),
+        "{wrong:?}"
+    );
 }
