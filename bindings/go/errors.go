@@ -33,6 +33,7 @@ const (
 	CodeTxFinished         Code = C.OUTBOX_ERR_TX_FINISHED
 	CodeDatabaseRefused    Code = C.OUTBOX_ERR_DATABASE_REFUSED
 	CodePoolTimeout        Code = C.OUTBOX_ERR_POOL_TIMEOUT
+	CodeResource           Code = C.OUTBOX_ERR_RESOURCE
 	CodePanic              Code = C.OUTBOX_ERR_PANIC
 )
 
@@ -93,7 +94,9 @@ var (
 	ErrDatabaseRefused = &Error{Code: CodeDatabaseRefused}
 	// ErrPoolTimeout: no pool connection became free within db.pool.wait.ms; retriable.
 	ErrPoolTimeout = &Error{Code: CodePoolTimeout}
-	ErrPanic       = &Error{Code: CodePanic}
+	// ErrResource: a thread of the relay or the consumer could not be started; not retriable.
+	ErrResource = &Error{Code: CodeResource}
+	ErrPanic    = &Error{Code: CodePanic}
 )
 
 // call runs one C call and turns a failure into an *Error carrying the library's message. The

@@ -104,6 +104,12 @@ typedef enum outbox_result {
    */
   OUTBOX_ERR_POOL_TIMEOUT = 17,
   /**
+   * The system refused what the call needs: a thread of the relay or the consumer could not
+   * be started (too many threads or processes, not enough memory). Not retriable as such:
+   * raise the limit, or stop something else first.
+   */
+  OUTBOX_ERR_RESOURCE = 18,
+  /**
    * A bug: the library panicked. The object involved should not be used again (only freed).
    */
   OUTBOX_ERR_PANIC = 99,

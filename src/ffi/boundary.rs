@@ -69,7 +69,7 @@ impl From<Error> for Failure {
             // No code of its own without a new one in the header: the code the starts
             // (`outbox_start`, `outbox_consumer_start`) have always returned for it; the message
             // says what it is.
-            Error::Thread { .. } => OUTBOX_ERR_PUBLISHER,
+            Error::Thread { .. } => OUTBOX_ERR_RESOURCE,
         };
         Failure::new(code, e.to_string())
     }

@@ -46,6 +46,10 @@ pub enum outbox_result {
     OUTBOX_ERR_DATABASE_REFUSED = 16,
     /// `outbox_tx_begin`: no pool connection became free within `db.pool.wait.ms`. Retriable.
     OUTBOX_ERR_POOL_TIMEOUT = 17,
+    /// The system refused what the call needs: a thread of the relay or the consumer could not
+    /// be started (too many threads or processes, not enough memory). Not retriable as such:
+    /// raise the limit, or stop something else first.
+    OUTBOX_ERR_RESOURCE = 18,
     /// A bug: the library panicked. The object involved should not be used again (only freed).
     OUTBOX_ERR_PANIC = 99,
 }
@@ -53,7 +57,7 @@ pub enum outbox_result {
 use outbox_result::*;
 
 impl outbox_result {
-    pub(super) const ALL: [outbox_result; 19] = [
+    pub(super) const ALL: [outbox_result; 20] = [
         OUTBOX_OK,
         OUTBOX_ERR_NULL_ARGUMENT,
         OUTBOX_ERR_INVALID_UTF8,
@@ -72,6 +76,7 @@ impl outbox_result {
         OUTBOX_ERR_TX_FINISHED,
         OUTBOX_ERR_DATABASE_REFUSED,
         OUTBOX_ERR_POOL_TIMEOUT,
+        OUTBOX_ERR_RESOURCE,
         OUTBOX_ERR_PANIC,
     ];
 
@@ -102,6 +107,7 @@ impl outbox_result {
                 c"the database refused the connection (access denied, unknown database, bad URL)"
             }
             OUTBOX_ERR_POOL_TIMEOUT => c"no database connection became free in time (retriable)",
+            OUTBOX_ERR_RESOURCE => c"the system refused a resource (a thread could not be started)",
             OUTBOX_ERR_PANIC => c"internal error (the library panicked)",
         }
     }

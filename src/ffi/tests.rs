@@ -145,6 +145,13 @@ fn result_codes_have_descriptions_and_retriability() {
     );
     assert!(outbox_result_is_retriable(OUTBOX_ERR_DATABASE as c_int));
     assert!(!outbox_result_is_retriable(OUTBOX_ERR_STATEMENT as c_int));
+    assert!(!outbox_result_is_retriable(OUTBOX_ERR_RESOURCE as c_int));
+    // A thread that cannot be started is the system's refusal, not a retriable publisher error.
+    let thread = crate::error::Error::Thread {
+        name: "outbox-worker-0".into(),
+        source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+    };
+    assert_eq!(super::boundary::Failure::from(thread).code, OUTBOX_ERR_RESOURCE);
     assert!(!outbox_result_is_retriable(OUTBOX_OK as c_int));
     assert!(!outbox_result_is_retriable(-1));
     assert_eq!(

@@ -160,7 +160,10 @@ static void test_access_denied_and_unknown_database_are_not_retriable(void) {
   outbox_conf_free(c);
 
   CHECK(outbox_result_is_retriable(OUTBOX_ERR_POOL_TIMEOUT));
-  CHECK(OUTBOX_ERR_DATABASE_REFUSED == 16 && OUTBOX_ERR_POOL_TIMEOUT == 17);
+  CHECK(OUTBOX_ERR_DATABASE_REFUSED == 16 && OUTBOX_ERR_POOL_TIMEOUT == 17 && OUTBOX_ERR_RESOURCE == 18);
+  /* A thread that could not be started is not a broker hiccup to retry. */
+  CHECK(!outbox_result_is_retriable(OUTBOX_ERR_RESOURCE));
+  CHECK(strstr(outbox_result_str(OUTBOX_ERR_RESOURCE), "thread") != NULL);
 }
 
 static void test_tx_begin_waits_for_the_pool_boundedly(void) {
