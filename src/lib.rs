@@ -36,7 +36,7 @@ pub mod telemetry;
 pub mod trace;
 pub mod wire;
 
-pub use config::{Backoff, BackoffPolicy, ClaimStrategy, Config, KEYS};
+pub use config::{Backoff, BackoffPolicy, ClaimStrategy, Config, SentRows, KEYS};
 pub use db::connect;
 pub use error::{ConfigError, Error, Result};
 pub use event::{EventId, NewEvent};

@@ -77,6 +77,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "create outbox_control",
         sql: include_str!("../migrations/V12__create_outbox_control.sql"),
     },
+    Migration {
+        version: 13,
+        description: "create outbox_claim",
+        sql: include_str!("../migrations/V13__create_outbox_claim.sql"),
+    },
 ];
 
 /// What each migration costs a live table, on MariaDB 10.11 (checked with explicit `ALGORITHM`
@@ -105,6 +110,7 @@ pub fn lock_cost(version: u32) -> &'static str {
         10 => "CREATE TABLE IF NOT EXISTS outbox_inbox_dead_letter: instant; nothing if the table exists",
         11 => "ADD INDEX IF NOT EXISTS on outbox_inbox_dead_letter, ALGORITHM=INPLACE, LOCK=NONE: writes go on",
         12 => "CREATE TABLE IF NOT EXISTS outbox_control: instant; nothing if the table exists",
+        13 => "CREATE TABLE IF NOT EXISTS outbox_claim: instant; nothing if the table exists",
         _ => "not documented",
     }
 }
@@ -269,12 +275,30 @@ pub fn check_table_shape(pool: &Pool, config: &crate::config::Config, owner: &st
             Some(_) => {}
         }
     }
-    if relaying && col("event_key").is_none() {
+    // Relaying stores keys; enqueueing writes one (the library's INSERT).
+    if col("event_key").is_none() {
         return Err(problem(
             "event_key",
             "missing".into(),
             "CHAR(36) NULL (migration V9: an instant ADD COLUMN)".into(),
         ));
+    }
+    let held = config.claim_strategy == crate::config::ClaimStrategy::Held
+        && config.ordering != crate::config::Ordering::PerBizNo;
+    if relaying && held {
+        let journal: Option<String> = conn.query_first(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME = 'outbox_claim'",
+        )?;
+        if journal.is_none() {
+            return Err(Error::Migration {
+                version: 13,
+                description: "create outbox_claim".into(),
+                reason: "claim.strategy = held journals its rounds in outbox_claim, which is missing; run the \
+                         migrations (`outboxd migrate`, or outbox::migrate_table), or set claim.strategy = skip-locked"
+                    .into(),
+            });
+        }
     }
     Ok(())
 }

@@ -15,7 +15,9 @@ use super::kinds::{
     Namesrv, OptMillis, Optional, OtlpEndpoint, Secret, TableName, Text, Token, Topic,
 };
 use super::otel::DEFAULT_OTEL_SERVICE_NAME;
-use super::typed::{BackoffPolicy, ClaimStrategy, DeadHeadPolicy, Ordering, Profile, PublisherKind, TagSource};
+use super::typed::{
+    BackoffPolicy, ClaimStrategy, DeadHeadPolicy, Ordering, Profile, PublisherKind, SentRows, TagSource,
+};
 
 /// A day in milliseconds, and ten years: the bounds of the long durations.
 const DAY: u64 = 86_400_000;
@@ -82,11 +84,23 @@ settings! {
     }
     "claim.strategy" {
         field: claim_strategy,
-        kind: Choice(&[("skip-locked", ClaimStrategy::SkipLocked), ("per-row", ClaimStrategy::PerRow)]),
-        default: "skip-locked",
+        kind: Choice(&[
+            ("held", ClaimStrategy::Held),
+            ("skip-locked", ClaimStrategy::SkipLocked),
+            ("per-row", ClaimStrategy::PerRow),
+        ]),
+        default: "held",
         seed: "per-row",
         read_by: Relay,
-        doc: "skip-locked (batch claim in one short transaction) or per-row (the seed's conditional UPDATE per row)",
+        doc: "held (rows locked by one transaction through the send, no claim written), skip-locked (batch claim under a lease in one short transaction) or per-row (the seed's conditional UPDATE per row); ordered relays claim under a lease",
+    }
+    "sent.rows" {
+        field: sent_rows,
+        kind: Choice(&[("delete", SentRows::Delete), ("keep", SentRows::Keep)]),
+        default: "delete",
+        seed: "keep",
+        read_by: Relay,
+        doc: "delete (a row sent at its first attempt is deleted as its send is recorded) or keep (sent rows stay SUCCESS until retention)",
     }
     "batch.size" {
         field: batch_size,

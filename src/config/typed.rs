@@ -10,12 +10,27 @@ use crate::error::ConfigError;
 /// How a scanner takes ownership of rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClaimStrategy {
+    /// A transaction that holds its rows' locks through the send: `SELECT ... FOR UPDATE SKIP
+    /// LOCKED LIMIT n`, send, record every outcome, one COMMIT. No claim is written; a round's
+    /// ids are journaled in `outbox_claim` so a round lost with its connection is counted
+    /// (docs/guarantees.md, "The claim strategies").
+    Held,
     /// One short transaction: `SELECT ... FOR UPDATE SKIP LOCKED LIMIT n`, one UPDATE of the
     /// batch to SENDING, commit. Instances never wait on each other's rows.
     SkipLocked,
     /// The seed's way: a lock-free candidate SELECT, then one conditional UPDATE per row; the
     /// affected-row count decides who owns the row.
     PerRow,
+}
+
+/// What becomes of a row once its event is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SentRows {
+    /// Deleted in the statement that records the send, when it was sent at its first attempt
+    /// (rows with a history of failures are kept as SUCCESS, for the console and retention).
+    Delete,
+    /// Kept as SUCCESS (the console, `dead-letters`, replay), until retention deletes them.
+    Keep,
 }
 
 /// How the delay before a retry grows with the attempt number `n` (1 for the first retry).
@@ -148,6 +163,7 @@ pub struct Config {
     pub service_name: String,
     pub service_port: Option<u16>,
     pub claim_strategy: ClaimStrategy,
+    pub sent_rows: SentRows,
     /// Most rows claimed by one scan round.
     pub batch_size: usize,
     /// Delay between scan rounds (fixed delay; rounds never overlap).
@@ -265,7 +281,8 @@ impl Config {
             instance_id: None,
             service_name: String::new(),
             service_port: None,
-            claim_strategy: ClaimStrategy::SkipLocked,
+            claim_strategy: ClaimStrategy::Held,
+            sent_rows: SentRows::Keep,
             batch_size: 0,
             scan_interval: Duration::ZERO,
             scan_drain: false,

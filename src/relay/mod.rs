@@ -15,6 +15,7 @@
 mod hooks;
 mod reclaimer;
 mod retention;
+mod round;
 mod scanner;
 mod shared;
 mod worker;
@@ -174,7 +175,12 @@ impl Relay {
         // Refuse a table that cannot hold what this relay writes (a seed-era table not migrated),
         // rather than failing every claim or enqueue later.
         crate::migrate::check_table_shape(&pool, &config, &owner, publisher.is_some())?;
-        let store = Store::new(pool, &config, owner);
+        let mut store = Store::new(pool, &config, owner);
+        let held = config.claim_strategy == crate::config::ClaimStrategy::Held
+            && config.ordering != crate::config::Ordering::PerBizNo;
+        if held && publisher.is_some() && !config.db_url.is_empty() {
+            store = store.with_held_pool(crate::db::connect_held(&config)?);
+        }
         let pause = PauseCheck::new(&config.table);
         let (wake_tx, wake_rx) = bounded(1);
         let (capacity_tx, capacity_rx) = bounded(1);
@@ -198,6 +204,7 @@ impl Relay {
                     capacity_tx,
                     stopping: AtomicBool::new(true),
                     chunk_seq: AtomicU64::new(0),
+                    held_rounds: Default::default(),
                     pause,
                 }),
                 running: Mutex::new(None),
@@ -220,6 +227,7 @@ impl Relay {
             capacity_tx,
             stopping: AtomicBool::new(false),
             chunk_seq: AtomicU64::new(0),
+            held_rounds: Default::default(),
             pause,
         });
         let mut handles = Vec::new();

@@ -12,6 +12,7 @@ use super::shared::{dead_lettered, wait, Inner};
 use crate::error::panic_message;
 use crate::event::EventId;
 use crate::stats::Counters;
+use crate::store::JOURNAL_GRACE;
 
 /// Rows reclaimed per statement by the reclaimer.
 const RECLAIM_LIMIT: usize = 500;
@@ -55,7 +56,7 @@ fn renew_due(inner: &Inner, renew_after: Duration) {
         .leases
         .lock()
         .iter()
-        .filter(|(_, l)| now.duration_since(l.renewed_at) >= renew_after)
+        .filter(|(_, l)| !l.held && now.duration_since(l.renewed_at) >= renew_after)
         .map(|(seq, l)| (*seq, l.token, l.ids.clone()))
         .collect();
     for (seq, token, ids) in due {
@@ -86,7 +87,13 @@ fn renew_due(inner: &Inner, renew_after: Duration) {
     }
 }
 
+/// Journal rows of held rounds taken per statement.
+const RECOVER_LIMIT: usize = 50;
+
 fn reclaim_round(inner: &Inner) {
+    if inner.config.claim_strategy == crate::config::ClaimStrategy::Held {
+        recover_round(inner);
+    }
     loop {
         match inner.store.reclaim_expired(inner.config.lease, RECLAIM_LIMIT) {
             Ok(r) => {
@@ -107,6 +114,38 @@ fn reclaim_round(inner: &Inner) {
             Err(e) => {
                 Counters::add(&inner.counters.db_errors, 1);
                 log::warn!("reclaim failed: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// Held rounds that ended without settling (their connection died): their events are counted
+/// an attempt and audited as claim-lost.
+fn recover_round(inner: &Inner) {
+    loop {
+        match inner.store.recover_lost_claims(JOURNAL_GRACE, RECOVER_LIMIT) {
+            Ok(r) => {
+                if r.rounds > 0 {
+                    Counters::add(&inner.counters.reclaimed, r.events);
+                    log::warn!(
+                        "recovered {} held rounds that ended without recording their sends: {} events audited as \
+                         claim-lost (they may arrive twice), {} counted an attempt, {} dead-lettered; a relay died, \
+                         stalled past its lease, or lost its connection",
+                        r.rounds,
+                        r.events,
+                        r.returned,
+                        r.dead.len()
+                    );
+                    dead_lettered(inner, &r.dead);
+                }
+                if (r.rounds as usize) < RECOVER_LIMIT || inner.stopping.load(SeqCst) {
+                    return;
+                }
+            }
+            Err(e) => {
+                Counters::add(&inner.counters.db_errors, 1);
+                log::warn!("recovering lost held rounds failed: {e}");
                 return;
             }
         }

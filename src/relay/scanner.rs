@@ -6,10 +6,12 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::round::HeldRound;
 use super::shared::{finish, release_chunk_unsent, wait, wait_or_capacity, Chunk, Inner, Lease};
 use crate::breaker::Permit;
 use crate::config::{ClaimStrategy, Config};
@@ -48,7 +50,9 @@ pub(super) fn scanner_loop(
         // Backpressure: claim only when a whole batch fits, so a draining backlog is claimed in
         // full batches rather than in the slivers that finishing chunks free (each round costs
         // the same statements whatever its size). Workers wake the scanner as they finish.
-        if free < cfg.batch_size.min(cfg.max_in_flight) {
+        // Each held round holds a connection: at most one per worker, plus the one being claimed.
+        let rounds_full = inner.held_rounds.load(SeqCst) > cfg.workers;
+        if free < cfg.batch_size.min(cfg.max_in_flight) || rounds_full {
             wait(&capacity, &shutdown, cfg.scan_interval);
             continue;
         }
@@ -73,9 +77,14 @@ pub(super) fn scanner_loop(
         if from_head {
             last_head_scan = lease_start;
         }
+        let mut held = None;
         let result = catch_unwind(AssertUnwindSafe(|| match cfg.claim_strategy {
-            // Per-key order: runs of keys whose oldest pending event is due.
+            // Per-key order: runs of keys whose oldest pending event is due, under a lease.
             _ if ordered => inner.store.claim_ordered_after(limit, run_max, position.as_ref()),
+            ClaimStrategy::Held => inner.store.claim_held(limit, position.as_ref()).map(|(round, claim)| {
+                held = claim;
+                round
+            }),
             ClaimStrategy::SkipLocked => inner.store.claim_skip_locked_after(limit, position.as_ref()),
             // The seed's algorithm, as the seed runs it: always from the head.
             ClaimStrategy::PerRow => inner.store.claim_per_row(limit),
@@ -124,7 +133,7 @@ pub(super) fn scanner_loop(
             // Same start: claimed rows left the window, or it waits on runs in flight.
             Some(OrderedNext::Again | OrderedNext::WaitForRuns) if cfg.scan_drain => position,
             Some(_) => None,
-            None if n + conflicts >= limit && cfg.claim_strategy == ClaimStrategy::SkipLocked && cfg.scan_drain => {
+            None if n + conflicts >= limit && cfg.claim_strategy != ClaimStrategy::PerRow && cfg.scan_drain => {
                 round.last.clone()
             }
             None => None,
@@ -136,9 +145,23 @@ pub(super) fn scanner_loop(
         if permit == Permit::Probe && n == 0 {
             inner.breaker.lock().probe_not_sent();
         }
+        let held = held.map(|claim| {
+            inner.held_rounds.fetch_add(1, SeqCst);
+            Arc::new(HeldRound::new(claim, lease_start))
+        });
         if n > 0 {
             inner.counters.in_flight.fetch_add(n as u64, SeqCst);
-            dispatch(inner, &chunk_tx, round, lease_start, permit == Permit::Probe);
+            dispatch(
+                inner,
+                &chunk_tx,
+                round,
+                lease_start,
+                permit == Permit::Probe,
+                held.as_ref(),
+            );
+        }
+        if let Some(round) = held {
+            round.dispatched(inner);
         }
         if let Some(next) = ordered_next.filter(|_| cfg.scan_drain && permit == Permit::Claim) {
             match next {
@@ -203,7 +226,14 @@ fn even_chunk(n: usize, most: usize) -> usize {
 }
 
 /// Splits a claim round into chunks of one topic, spread over the workers, and queues them.
-fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_start: Instant, probe: bool) {
+fn dispatch(
+    inner: &Inner,
+    chunk_tx: &Sender<Chunk>,
+    round: ClaimRound,
+    lease_start: Instant,
+    probe: bool,
+    held: Option<&Arc<HeldRound>>,
+) {
     if !round.runs.is_empty() {
         return dispatch_runs(inner, chunk_tx, round, lease_start, probe);
     }
@@ -227,7 +257,7 @@ fn dispatch(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lease_st
         let mut events = events.into_iter().peekable();
         while events.peek().is_some() {
             let (part, ages): (Vec<OutboundEvent>, Vec<Duration>) = events.by_ref().take(per_chunk).unzip();
-            queue_chunk(inner, chunk_tx, token, part, ages, lease_start, probe);
+            queue_chunk(inner, chunk_tx, token, part, ages, lease_start, probe, held);
         }
     }
 }
@@ -282,18 +312,20 @@ fn dispatch_runs(inner: &Inner, chunk_tx: &Sender<Chunk>, round: ClaimRound, lea
                     std::mem::take(&mut ages),
                     lease_start,
                     probe,
+                    None,
                 );
             }
             events.extend(part);
             ages.extend(part_ages);
         }
         if !events.is_empty() {
-            queue_chunk(inner, chunk_tx, token, events, ages, lease_start, probe);
+            queue_chunk(inner, chunk_tx, token, events, ages, lease_start, probe, None);
         }
     }
 }
 
 /// Registers the lease of one chunk and hands it to the workers.
+#[allow(clippy::too_many_arguments)]
 fn queue_chunk(
     inner: &Inner,
     chunk_tx: &Sender<Chunk>,
@@ -302,7 +334,11 @@ fn queue_chunk(
     ages: Vec<Duration>,
     lease_start: Instant,
     probe: bool,
+    held: Option<&Arc<HeldRound>>,
 ) {
+    if let Some(round) = held {
+        round.chunk_queued();
+    }
     let seq = inner.chunk_seq.fetch_add(1, Relaxed);
     inner.leases.lock().insert(
         seq,
@@ -311,6 +347,7 @@ fn queue_chunk(
             ids: events.iter().map(|e| e.id).collect(),
             expires: lease_start + inner.config.lease,
             renewed_at: lease_start,
+            held: held.is_some(),
         },
     );
     let chunk = Chunk {
@@ -320,6 +357,7 @@ fn queue_chunk(
         ages,
         claimed: lease_start,
         probe,
+        round: held.cloned(),
     };
     // Never blocks: the channel holds max.in.flight chunks and at most that many events are in
     // flight. Fails only if every worker has died; then release the rows.

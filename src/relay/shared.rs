@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,7 @@ use crossbeam_channel::{select, Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::hooks::{DeadLetterHook, LatencyHook};
+use super::round::HeldRound;
 use crate::breaker::Breaker;
 use crate::config::Config;
 use crate::control::PauseCheck;
@@ -29,6 +30,8 @@ pub(super) struct Chunk {
     pub(super) ages: Vec<Duration>,
     pub(super) claimed: Instant,
     pub(super) probe: bool,
+    /// The held round this chunk is part of (`claim.strategy = held`); `None` under a lease.
+    pub(super) round: Option<Arc<HeldRound>>,
 }
 
 pub(super) struct Lease {
@@ -36,6 +39,8 @@ pub(super) struct Lease {
     pub(super) ids: Vec<EventId>,
     pub(super) expires: Instant,
     pub(super) renewed_at: Instant,
+    /// A held round's chunk: bounded by its connection's `wait_timeout`, never renewed.
+    pub(super) held: bool,
 }
 
 pub(super) struct Inner {
@@ -54,6 +59,8 @@ pub(super) struct Inner {
     pub(super) capacity_tx: Sender<()>,
     pub(super) stopping: AtomicBool,
     pub(super) chunk_seq: AtomicU64,
+    /// Held rounds open now (each holds a connection and its rows' locks).
+    pub(super) held_rounds: AtomicUsize,
     /// Whether the table is paused (`outbox_control`), read at most once a second.
     pub(super) pause: PauseCheck,
 }
@@ -86,6 +93,9 @@ pub(super) fn wait_or_capacity(
 pub(super) fn finish(inner: &Inner, chunk: &Chunk) {
     inner.leases.lock().remove(&chunk.seq);
     inner.counters.in_flight.fetch_sub(chunk.events.len() as u64, SeqCst);
+    if let Some(round) = &chunk.round {
+        round.chunk_finished(inner);
+    }
     let _ = inner.capacity_tx.try_send(());
 }
 
@@ -104,6 +114,15 @@ pub(super) fn lease_end(inner: &Inner, chunk: &Chunk) -> Instant {
 }
 
 pub(super) fn release_chunk_unsent(inner: &Inner, chunk: &Chunk, reason: &str) {
+    if chunk.round.is_some() {
+        // A held round writes nothing for unsent rows: its COMMIT leaves them as they were.
+        log::debug!("{} held events not sent: {reason}", chunk.events.len());
+        Counters::add(&inner.counters.released_unsent, chunk.events.len() as u64);
+        if chunk.probe {
+            inner.breaker.lock().probe_not_sent();
+        }
+        return;
+    }
     let ids = ids_of(&chunk.events);
     let lease_end = lease_end(inner, chunk);
     if let Some(n) = with_db_retry(inner, lease_end, "release", || {

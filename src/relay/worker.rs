@@ -145,11 +145,64 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, bro
     if timeouts > 0 {
         Counters::add(&inner.counters.possible_duplicates, timeouts as u64);
     }
+    if let Some(round) = &chunk.round {
+        round.gather(|g| {
+            let o = &mut g.outcomes;
+            for ((id, msg_id), (age, event)) in acks.into_iter().zip(acked_ages) {
+                o.sent.push((id, msg_id, event.attempt));
+                let trace_id = crate::trace::context_of(&event.headers).map(|(tp, _)| tp.trace_id);
+                g.deliveries.push((age, broker_acked, trace_id));
+            }
+            if let Some((_, e)) = retry.first() {
+                if o.retry.is_empty() {
+                    o.retry_error = e.to_string();
+                }
+            }
+            o.retry.extend(retry.iter().map(|(ev, _)| ev.id));
+            if let Some((_, e)) = dead.first() {
+                if o.fail.is_empty() {
+                    o.fail_error = e.to_string();
+                }
+            }
+            o.fail.extend(dead.iter().map(|(ev, _)| ev.id));
+            g.letters.extend(dead.iter().map(|(ev, e)| DeadLetter {
+                id: ev.id,
+                biz_no: ev.biz_no.clone(),
+                event_type: ev.event_type.clone(),
+                retry_count: ev.attempt + 1,
+                last_error: e.to_string(),
+            }));
+            if let Some((_, e)) = parked.first() {
+                if o.parked.is_empty() {
+                    o.parked_reason = format!("parked: {}", e.message);
+                    o.parked_delay = cfg.breaker_open;
+                }
+            }
+            o.parked.extend(parked.iter().map(|(id, _)| *id));
+        });
+        // Unavailable and held-back events are left as they were: due again at once.
+        Counters::add(
+            &inner.counters.released_unsent,
+            (unavailable.len() + held_back.len()) as u64,
+        );
+        return;
+    }
     let lease_end = lease_end(inner, chunk);
     let token = chunk.token;
     if !acks.is_empty() {
         let want = acks.len() as u64;
-        if let Some(got) = with_db_retry(inner, lease_end, "ack", || inner.store.ack(token, &acks)) {
+        // `sent.rows = delete`: first attempts are deleted, the others kept as SUCCESS.
+        let (gone, kept): (Vec<_>, Vec<_>) = acks
+            .iter()
+            .cloned()
+            .zip(&acked_ages)
+            .partition(|(_, (_, ev))| inner.store.deletes_sent(ev.attempt));
+        let gone: Vec<_> = gone.into_iter().map(|(a, _)| a).collect();
+        let kept: Vec<_> = kept.into_iter().map(|(a, _)| a).collect();
+        let record = || -> crate::error::Result<u64> {
+            Ok(inner.store.delete_sent(token, &gone)? + inner.store.ack(token, &kept)?)
+        };
+        if let Some(got) = with_db_retry(inner, lease_end, "ack", record) {
             Counters::add(&inner.counters.sent, got);
             if let Some(hook) = &inner.latency {
                 let held = chunk.claimed.elapsed();

@@ -29,6 +29,10 @@ fn stored_keys(db: &TestDb) -> HashMap<u64, Option<String>> {
 fn every_claim_strategy_stores_the_key_it_hands_out_and_a_later_claim_reuses_it() {
     let db = TestDb::new("evkey");
     let ids = db.seed(30);
+    // Rows inserted without a key (a producer's own INSERT, a seed-era statement).
+    db.conn()
+        .query_drop("UPDATE t_event_record SET event_key = NULL")
+        .unwrap();
     assert!(
         stored_keys(&db).values().all(Option::is_none),
         "no key before the first claim"
@@ -129,4 +133,41 @@ fn a_relay_refuses_a_table_without_the_key_column_naming_it() {
         .expect_err("a table without event_key is refused");
     let text = err.to_string();
     assert!(text.contains("event_key") && text.contains("V9"), "{text}");
+}
+
+#[test]
+fn the_library_insert_writes_a_key_of_its_own() {
+    let db = TestDb::new("evkey_insert");
+    db.seed(5);
+    let keys: HashSet<String> = stored_keys(&db).into_values().map(|k| k.expect("a key")).collect();
+    assert_eq!(keys.len(), 5, "distinct keys: {keys:?}");
+    assert!(keys.iter().all(|k| k.len() == 36), "{keys:?}");
+}
+
+#[test]
+fn a_held_round_keys_keyless_rows_and_the_next_round_sends_them_with_that_key() {
+    let db = TestDb::new("evkey_held");
+    let ids = db.seed(6);
+    db.conn()
+        .query_drop(format!(
+            "UPDATE t_event_record SET event_key = NULL WHERE id <= {}",
+            ids[2]
+        ))
+        .unwrap();
+    let s = store(&db.config(), "kh-1-000000");
+    // The first round sends only the rows that had a key; it stores keys for the others.
+    let (round, claim) = s.claim_held(10, None).unwrap();
+    let sent: Vec<u64> = round.claimed.iter().map(|c| c.event.id).collect();
+    assert_eq!(sent, ids[3..].to_vec());
+    s.settle_held(claim.expect("an open round"), &outbox::store::Outcomes::default())
+        .unwrap();
+    let stored = stored_keys(&db);
+    assert!(stored.values().all(Option::is_some), "{stored:?}");
+    // The next round hands out what was stored, for all six (none was recorded as sent).
+    let (round, claim) = s.claim_held(10, None).unwrap();
+    assert_eq!(round.claimed.len(), 6);
+    for c in &round.claimed {
+        assert_eq!(Some(&c.event.key), stored[&c.event.id].as_ref(), "row {}", c.event.id);
+    }
+    drop(claim);
 }

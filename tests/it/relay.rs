@@ -8,7 +8,7 @@ use mysql::prelude::Queryable;
 use mysql::TxOpts;
 
 use crate::support::{wait_until, Fault, Recorder, TestDb};
-use outbox::{BackoffPolicy, ClaimStrategy, Config, NewEvent, Relay, SendError};
+use outbox::{BackoffPolicy, ClaimStrategy, Config, NewEvent, Relay, SendError, SentRows};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -25,13 +25,15 @@ fn owner_of(db: &TestDb, id: u64) -> Option<String> {
         .flatten()
 }
 
-fn every_event_sent_exactly_once_by_four_instances(strategy: ClaimStrategy) {
+fn every_event_sent_exactly_once_by_four_instances(strategy: ClaimStrategy, sent_rows: SentRows) {
     let db = TestDb::new(match strategy {
+        ClaimStrategy::Held => "four_held",
         ClaimStrategy::SkipLocked => "four_sl",
         ClaimStrategy::PerRow => "four_pr",
     });
     let mut cfg = db.config();
     cfg.claim_strategy = strategy;
+    cfg.sent_rows = sent_rows;
     let rec = Recorder::new();
     let relays: Vec<Relay> = (0..4)
         .map(|i| start(&cfg, &format!("order-{i}-abc{i:03}"), &rec))
@@ -60,11 +62,17 @@ fn every_event_sent_exactly_once_by_four_instances(strategy: ClaimStrategy) {
     for w in writers {
         w.join().unwrap();
     }
+    // Every row committed: done when none is pending.
     assert!(
-        wait_until(LONG, || db.count("SUCCESS") == 10_000),
-        "only {} of 10000 SUCCESS",
-        db.count("SUCCESS")
+        wait_until(LONG, || db.pending() == 0),
+        "{} of 10000 still pending",
+        db.pending()
     );
+    let (kept, gone) = (db.count("SUCCESS"), 10_000 - db.rows().len() as u64);
+    match sent_rows {
+        SentRows::Keep => assert_eq!((kept, gone), (10_000, 0)),
+        SentRows::Delete => assert_eq!((kept, gone), (0, 10_000)),
+    }
     for r in &relays {
         assert!(!r.stop(Duration::from_secs(10)).timed_out);
     }
@@ -85,17 +93,30 @@ fn every_event_sent_exactly_once_by_four_instances(strategy: ClaimStrategy) {
 }
 
 #[test]
+fn four_instances_held_send_every_event_exactly_once_and_delete_it() {
+    every_event_sent_exactly_once_by_four_instances(ClaimStrategy::Held, SentRows::Delete);
+}
+
+#[test]
+fn four_instances_held_keeping_rows_send_every_event_exactly_once() {
+    every_event_sent_exactly_once_by_four_instances(ClaimStrategy::Held, SentRows::Keep);
+}
+
+#[test]
 fn four_instances_skip_locked_send_every_event_exactly_once() {
-    every_event_sent_exactly_once_by_four_instances(ClaimStrategy::SkipLocked);
+    every_event_sent_exactly_once_by_four_instances(ClaimStrategy::SkipLocked, SentRows::Delete);
 }
 
 #[test]
 fn four_instances_per_row_send_every_event_exactly_once() {
-    every_event_sent_exactly_once_by_four_instances(ClaimStrategy::PerRow);
+    every_event_sent_exactly_once_by_four_instances(ClaimStrategy::PerRow, SentRows::Keep);
 }
 
+/// A lease-claiming relay (`claim.strategy = skip-locked`) with a short lease: what a lease
+/// does when a send outlives it. `held_cfg` is the held claim's counterpart.
 fn lease_cfg(db: &TestDb) -> Config {
     let mut cfg = db.config();
+    cfg.claim_strategy = ClaimStrategy::SkipLocked;
     cfg.lease = Duration::from_millis(1000);
     cfg.send_timeout = Duration::from_millis(200);
     cfg.lease_renew_fraction = 0.0;
@@ -274,6 +295,7 @@ fn stop_releases_claimed_but_unsent_events() {
     let db = TestDb::new("shutdown");
     let ids = db.seed(20);
     let mut cfg = db.config();
+    cfg.claim_strategy = ClaimStrategy::SkipLocked;
     cfg.workers = 1;
     cfg.publish_batch_max = 1;
     cfg.batch_size = 20;
@@ -592,4 +614,132 @@ fn a_stop_that_times_out_is_finished_by_a_later_stop() {
     assert_eq!(db.count("SUCCESS"), 1);
     let third = relay.stop(Duration::ZERO);
     assert!(!third.timed_out && third.already_stopped, "{third:?}");
+}
+
+/// A held-claim relay with a short lease: its held connections' `wait_timeout` is 1 s.
+fn held_cfg(db: &TestDb) -> Config {
+    let mut cfg = db.config();
+    cfg.claim_strategy = ClaimStrategy::Held;
+    cfg.lease = Duration::from_millis(1000);
+    cfg.send_timeout = Duration::from_millis(200);
+    cfg.reclaim_interval = Duration::from_millis(50);
+    cfg
+}
+
+/// The `claim-lost` audit rows of event `id`.
+fn claim_lost_audits(db: &TestDb, id: u64) -> u64 {
+    db.conn()
+        .exec_first(
+            "SELECT COUNT(*) FROM outbox_audit WHERE event_id = ? AND action = 'claim-lost'",
+            (id,),
+        )
+        .unwrap()
+        .unwrap_or(0)
+}
+
+fn journal_rows(db: &TestDb) -> u64 {
+    db.conn()
+        .query_first("SELECT COUNT(*) FROM outbox_claim")
+        .unwrap()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_held_send_outliving_its_connection_is_sent_again_counted_and_audited() {
+    let db = TestDb::new("held_slow");
+    let id = db.seed(1)[0];
+    let mut cfg = held_cfg(&db);
+    cfg.max_in_flight = 1;
+    // The publisher ignores its timeout: the held connection idles past its wait_timeout (the
+    // lease, 1 s), the server drops it and the row's lock with it.
+    let slow = Recorder::with_faults(vec![Fault::Delay {
+        id,
+        by: Duration::from_millis(3500),
+        times: 1,
+    }]);
+    let a = start(&cfg, "held-8083-aaaaaa", &slow);
+    assert!(wait_until(LONG, || slow.calls.load(SeqCst) == 1));
+    let fast = Recorder::new();
+    let b = start(&cfg, "held-8084-bbbbbb", &fast);
+    // B sends it once the server has ended A's transaction.
+    assert!(wait_until(LONG, || fast.sends_of(id) == 1));
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 1));
+    // A's send returns; its round cannot be recorded: counted, and audited by the recovery.
+    assert!(
+        wait_until(LONG, || a.counters().possible_duplicates >= 1),
+        "{:?}",
+        a.counters()
+    );
+    assert!(wait_until(LONG, || claim_lost_audits(&db, id) == 1));
+    assert!(wait_until(LONG, || journal_rows(&db) == 0));
+    assert_eq!(slow.sends_of(id) + fast.sends_of(id), 2);
+    assert_eq!(db.count("SUCCESS"), 1);
+    a.stop(Duration::from_secs(5));
+    b.stop(Duration::from_secs(5));
+}
+
+#[test]
+fn a_held_round_whose_connection_is_killed_mid_send_is_sent_again_and_audited() {
+    let db = TestDb::new("held_kill");
+    let ids = db.seed(3);
+    let mut cfg = held_cfg(&db);
+    cfg.lease = Duration::from_secs(30);
+    cfg.send_timeout = Duration::from_secs(5);
+    let rec = Recorder::with_faults(vec![Fault::Delay {
+        id: ids[0],
+        by: Duration::from_millis(1500),
+        times: 1,
+    }]);
+    let a = start(&cfg, "held-kill-aaaaaa", &rec);
+    assert!(wait_until(LONG, || rec.calls.load(SeqCst) >= 1));
+    // The connection holding the round's locks (the one with an open transaction on this
+    // database) dies, as in a failover or a server restart.
+    let victim: Option<u64> = db
+        .conn()
+        .exec_first(
+            "SELECT p.ID FROM information_schema.PROCESSLIST p JOIN information_schema.INNODB_TRX t \
+             ON t.trx_mysql_thread_id = p.ID WHERE p.DB = ? LIMIT 1",
+            (&db.name,),
+        )
+        .unwrap();
+    let victim = victim.expect("a held round's transaction is open");
+    db.conn().query_drop(format!("KILL CONNECTION {victim}")).unwrap();
+    // Nothing lost: every row ends sent; the killed round's events are audited as claim-lost.
+    assert!(wait_until(LONG, || db.count("SUCCESS") == 3), "{:?}", db.rows());
+    assert!(wait_until(LONG, || claim_lost_audits(&db, ids[0]) == 1));
+    assert!(wait_until(LONG, || journal_rows(&db) == 0));
+    assert!(rec.sends_of(ids[0]) == 2, "sent {} times", rec.sends_of(ids[0]));
+    assert!(a.counters().possible_duplicates >= 1, "{:?}", a.counters());
+    a.stop(Duration::from_secs(5));
+}
+
+#[test]
+fn stopping_a_held_relay_leaves_unsent_rows_untouched() {
+    let db = TestDb::new("held_stop");
+    let ids = db.seed(20);
+    let mut cfg = db.config();
+    cfg.claim_strategy = ClaimStrategy::Held;
+    cfg.sent_rows = SentRows::Delete;
+    cfg.workers = 1;
+    cfg.publish_batch_max = 1;
+    cfg.batch_size = 20;
+    cfg.max_in_flight = 20;
+    let rec = Recorder::with_faults(vec![Fault::Delay {
+        id: ids[0],
+        by: Duration::from_millis(2000),
+        times: 1,
+    }]);
+    let relay = start(&cfg, "held-stop-000000", &rec);
+    assert!(wait_until(LONG, || rec.calls.load(SeqCst) == 1));
+    let report = relay.stop(Duration::from_secs(10));
+    assert!(!report.timed_out);
+    assert_eq!(report.released, 19);
+    assert_eq!(report.in_flight_at_deadline, 0);
+    // The one sent is deleted; the others were never written to.
+    let rows = db.rows();
+    assert_eq!(rows.len(), 19);
+    for (id, status, rc, owner) in rows {
+        assert_eq!((status.as_str(), rc, owner), ("WAIT", 0, None), "event {id}");
+    }
+    assert_eq!(journal_rows(&db), 0);
 }

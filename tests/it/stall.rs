@@ -15,6 +15,8 @@ const LONG: Duration = Duration::from_secs(30);
 fn claims_that_keep_failing_stall_the_relay_loudly_until_the_cause_is_fixed() {
     let db = TestDb::new("stallclaim");
     let mut cfg = db.config();
+    // A claim that writes (under a lease): held claims write nothing until the sends are recorded.
+    cfg.claim_strategy = outbox::ClaimStrategy::SkipLocked;
     cfg.instance_id = Some("stall-claims-instance-1".into());
     let rec = Recorder::new();
     let relay = Relay::start(cfg, rec.clone()).unwrap();
@@ -136,6 +138,7 @@ fn a_revoked_update_right_stalls_the_relay_until_it_is_granted_again() {
         db.name
     );
     cfg.instance_id = Some("stall-grant-1".into());
+    cfg.claim_strategy = outbox::ClaimStrategy::SkipLocked;
     let rec = Recorder::new();
     let relay = Relay::start(cfg, rec.clone()).unwrap();
     admin

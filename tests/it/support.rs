@@ -44,6 +44,9 @@ impl TestDb {
         let mut c = Config::new(&self.url);
         c.scan_interval = Duration::from_millis(50);
         c.reclaim_interval = Duration::from_millis(100);
+        // Sent rows stay, so tests read every outcome from the table; `sent.rows = delete`
+        // (the default) has tests of its own.
+        c.sent_rows = outbox::SentRows::Keep;
         c
     }
 
@@ -61,6 +64,14 @@ impl TestDb {
     pub fn count(&self, status: &str) -> u64 {
         self.conn()
             .exec_first("SELECT COUNT(*) FROM t_event_record WHERE status = ?", (status,))
+            .unwrap()
+            .unwrap_or(0)
+    }
+
+    /// Rows not yet sent, in flight or not (WAIT or SENDING).
+    pub fn pending(&self) -> u64 {
+        self.conn()
+            .query_first("SELECT COUNT(*) FROM t_event_record WHERE status IN ('WAIT', 'SENDING')")
             .unwrap()
             .unwrap_or(0)
     }

@@ -2,14 +2,20 @@
 //! in as literals built by `crate::sql`). The caller-facing INSERT is a constant prepared
 //! statement.
 
+mod held;
+
+pub use held::{decode_ids, encode_ids, HeldClaim, Outcomes, Recovered, Settled, JOURNAL_GRACE};
+
 use std::collections::HashSet;
 use std::fmt::Write as _;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mysql::prelude::Queryable;
 use mysql::{Pool, PooledConn, Row, TxOpts};
 
-use crate::config::{Backoff, BackoffPolicy, Config};
+use crate::config::{Backoff, BackoffPolicy, Config, SentRows};
 use crate::error::Result;
 use crate::event::{parse_headers, EventId, NewEvent, OutboundEvent};
 use crate::sql::{id_list, lit, opt_lit};
@@ -27,13 +33,15 @@ const MAX_ERROR_CHARS: usize = 1000;
 
 /// The INSERT of one event into `table`, with its parameters in this order:
 /// `biz_no, event_type, payload, topic, tag, headers` (topic, tag and headers may be NULL;
-/// headers is a JSON object of strings). Status and times are set by the database. The table
+/// headers is a JSON object of strings). Status, times and the event key (`UUID()`: every copy of
+/// the event carries it, and a held round sends the row without writing to it) are set by the
+/// database. The table
 /// name is checked like the `table` key, since it goes into the SQL text.
 pub fn insert_statement(table: &str) -> std::result::Result<String, crate::error::ConfigError> {
     let table = crate::config::table_name("table", table)?;
     Ok(format!(
-        "INSERT INTO {table} (biz_no, event_type, payload, topic, tag, headers, status, retry_count, next_retry_time) \
-         VALUES (?, ?, ?, ?, ?, ?, 'WAIT', 0, NOW(3))"
+        "INSERT INTO {table} (biz_no, event_type, payload, topic, tag, headers, status, retry_count, next_retry_time, event_key) \
+         VALUES (?, ?, ?, ?, ?, ?, 'WAIT', 0, NOW(3), UUID())"
     ))
 }
 
@@ -150,6 +158,13 @@ pub struct Store {
     /// Ordered claims: keys' oldest pending rows (heads) found not yet due, and when they are:
     /// not read again before then (see [`crate::ordering`], "Heads behind the window").
     heads_not_due: std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<EventId, std::time::Instant>>>,
+    /// Held rounds' connections (`claim.strategy = held`): sessions whose `wait_timeout` is the
+    /// lease. `None`: from `pool`, the timeout set per round.
+    held_pool: Option<Pool>,
+    lease: Duration,
+    sent_rows: SentRows,
+    /// The server refused a DELETE of sent rows (no privilege): they are kept from then on.
+    delete_refused: Arc<AtomicBool>,
 }
 
 /// Most heads [`Store`] remembers as not due; beyond it the memory is dropped (they are read
@@ -170,7 +185,17 @@ impl Store {
             backoff_sql: backoff_sql(&config.backoff),
             blocking: crate::ordering::blocking_statuses(config.ordering_dead_head),
             heads_not_due: Default::default(),
+            held_pool: None,
+            lease: config.lease,
+            sent_rows: config.sent_rows,
+            delete_refused: Default::default(),
         }
+    }
+
+    /// Held rounds take their connections from `pool` (see [`crate::db::connect_held`]).
+    pub fn with_held_pool(mut self, pool: Pool) -> Store {
+        self.held_pool = Some(pool);
+        self
     }
 
     pub fn pool(&self) -> &Pool {
@@ -574,22 +599,45 @@ impl Store {
         if acks.is_empty() {
             return Ok(0);
         }
-        let first = &acks[0].1;
-        let msg_id_sql = if acks.iter().all(|(_, m)| m == first) {
-            opt_lit(first.as_deref())
-        } else {
-            let mut s = String::from("CASE id");
-            for (id, m) in acks {
-                let _ = write!(s, " WHEN {id} THEN {}", opt_lit(m.as_deref()));
-            }
-            s.push_str(" END");
-            s
-        };
+        let msg_id_sql = msg_id_sql(acks);
         self.transition(
             token,
             acks.iter().map(|(id, _)| *id),
             &format!("status = 'SUCCESS', sent_at = NOW(3), broker_msg_id = {msg_id_sql}, last_error = NULL"),
         )
+    }
+
+    /// Whether a row sent at `attempt` is deleted rather than kept (`sent.rows = delete`, first
+    /// attempts, while the server allows the DELETE).
+    pub fn deletes_sent(&self, attempt: u32) -> bool {
+        self.sent_rows == SentRows::Delete
+            && attempt == 0
+            && !self.delete_refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Deletes sent rows under their claim (`sent.rows = delete`). Returns how many were still
+    /// ours. Refused by the server (no DELETE privilege), it marks them SUCCESS instead, and does
+    /// so for every later send (one ERROR says why).
+    pub fn delete_sent(&self, token: u64, acks: &[(EventId, Option<String>)]) -> Result<u64> {
+        let ids = id_list(acks.iter().map(|a| a.0));
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut conn = self.conn()?;
+        match conn.query_drop(format!(
+            "DELETE FROM {t} WHERE id IN ({ids}) AND status = 'SENDING' AND claim_token = {token} \
+             AND claim_owner = {owner} LIMIT {n}",
+            t = self.table,
+            owner = lit(&self.owner),
+            n = acks.len(),
+        )) {
+            Ok(()) => Ok(conn.affected_rows()),
+            Err(e) if held::is_denied(&e) => {
+                self.refuse_delete(&e);
+                self.ack(token, acks)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Returns rows to WAIT after a failed attempt: `retry_count + 1` in SQL and the next try
@@ -804,6 +852,20 @@ fn key_assignments<'a>(
         return sql;
     }
     format!(", event_key = CASE id{sql} ELSE event_key END")
+}
+
+/// The broker message id of each row: one literal when all share it, else `CASE id ... END`.
+fn msg_id_sql(acks: &[(EventId, Option<String>)]) -> String {
+    let first = &acks[0].1;
+    if acks.iter().all(|(_, m)| m == first) {
+        return opt_lit(first.as_deref());
+    }
+    let mut s = String::from("CASE id");
+    for (id, m) in acks {
+        let _ = write!(s, " WHEN {id} THEN {}", opt_lit(m.as_deref()));
+    }
+    s.push_str(" END");
+    s
 }
 
 fn backoff_sql(b: &Backoff) -> String {
