@@ -148,8 +148,9 @@ check_deb() (
         sleep 0.5
         kill -0 "$pid" 2>/dev/null || break
         if [ "$publish" = 1 ]; then
-            sent=$(mariadb -h 127.0.0.1 -P 3306 -u root -N "$db" -e "SELECT COUNT(*) FROM t_event_record WHERE status = 'SUCCESS'")
-            [ "$sent" = 1 ] && break
+            # Sent: deleted (sent.rows = delete, the default) or SUCCESS.
+            unsent=$(mariadb -h 127.0.0.1 -P 3306 -u root -N "$db" -e "SELECT COUNT(*) FROM t_event_record WHERE status <> 'SUCCESS'")
+            [ "$unsent" = 0 ] && break
         elif grep -q 'outboxd .* on ' "$TMPDIR_DEB/run.log"; then
             break
         fi

@@ -168,10 +168,13 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let deadline = Instant::now() + Duration::from_secs(600);
     let total = args.events as u64;
     loop {
-        let sent: u64 = check
-            .query_first("SELECT COUNT(*) FROM t_event_record WHERE status = 'SUCCESS'")?
-            .unwrap_or(0);
+        // Sent rows are deleted (sent.rows = delete) or SUCCESS: of the rows committed, those
+        // left in another status are not sent yet.
         let c = committed.load(Relaxed);
+        let unsent: u64 = check
+            .query_first("SELECT COUNT(*) FROM t_event_record WHERE status <> 'SUCCESS'")?
+            .unwrap_or(0);
+        let sent = c.saturating_sub(unsent);
         if last.elapsed() >= Duration::from_secs(1) || sent == total {
             println!(
                 "  {:>5.1} s  committed {c:>7}/{total}  sent {sent:>7}  ({:.0} events/s)",

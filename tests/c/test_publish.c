@@ -41,6 +41,8 @@ static void test_committed_event_is_published(void) {
   CHECK_OK(outbox_conf_set(c, "topic", topic, err, sizeof err));
   CHECK_OK(outbox_conf_set(c, "scan.interval.ms", "100", err, sizeof err));
   CHECK_OK(outbox_conf_set(c, "send.timeout.ms", "10000", err, sizeof err));
+  /* The row stays, SUCCESS, for this test to read (the default deletes it once sent). */
+  CHECK_OK(outbox_conf_set(c, "sent.rows", "keep", err, sizeof err));
   CHECK_OK(outbox_migrate(c, err, sizeof err));
   outbox_relay *r = NULL;
   outbox_result rc = outbox_start(c, &r, err, sizeof err);

@@ -55,7 +55,9 @@ public class PublishTest {
     public void committed_events_reach_success_and_rolled_back_ones_never_exist() throws Exception {
         String topic = String.format("OUTBOX_JAVA_%08x", ThreadLocalRandom.current().nextInt());
         OutboxConfig config = new OutboxConfig().set("db.url", db.url()).set("publisher", "rocketmq").set("rocketmq.namesrv", NAMESRV)
-                .set("rocketmq.producer.group", topic + "_pg").set("topic", topic).set("scan.interval.ms", 200);
+                .set("rocketmq.producer.group", topic + "_pg").set("topic", topic).set("scan.interval.ms", 200)
+                // Sent rows stay SUCCESS for this test to read (the default deletes them).
+                .set("sent.rows", "keep");
         try (Outbox outbox = Outbox.start(config)) {
             assertTrue(outbox.isRelaying());
             long committed;
