@@ -210,8 +210,8 @@ fn main() {
     pool.get_conn()
         .unwrap()
         .query_drop(format!(
-            "INSERT INTO t_event_record (biz_no, event_type, payload) \
-             SELECT CONCAT('BACKLOG-', seq), 'ORDER_CREATED', '{{\"backlog\":true}}' FROM seq_1_to_{backlog}"
+            "INSERT INTO t_event_record (biz_no, event_type, payload, event_key) \
+             SELECT CONCAT('BACKLOG-', seq), 'ORDER_CREATED', '{{\"backlog\":true}}', UUID() FROM seq_1_to_{backlog}"
         ))
         .unwrap();
     // A relay draining what a writer commits at WRITE_RATE events/s, all through the measurement.

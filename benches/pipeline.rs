@@ -95,9 +95,9 @@ impl Dbs {
         while done < n {
             let k = (n - done).min(1_000_000);
             c.query_drop(format!(
-                "INSERT INTO t_event_record (biz_no, event_type, payload, status) \
+                "INSERT INTO t_event_record (biz_no, event_type, payload, status, event_key) \
                  SELECT CONCAT('ORD-', {done} + seq), 'ORDER_PAID', \
-                 CONCAT('{{\"order\":\"ORD-', {done} + seq, '\",\"points\":', seq % 100, ',\"note\":\"', REPEAT('x', 140), '\"}}'), 'WAIT' \
+                 CONCAT('{{\"order\":\"ORD-', {done} + seq, '\",\"points\":', seq % 100, ',\"note\":\"', REPEAT('x', 140), '\"}}'), 'WAIT', UUID() \
                  FROM seq_1_to_{k}"
             ))
             .unwrap();

@@ -144,9 +144,9 @@ impl Db {
             let k = (n - done).min(1_000_000);
             let key = key_sql.replace("{done}", &done.to_string());
             c.query_drop(format!(
-                "INSERT INTO t_event_record (biz_no, event_type, payload, status) \
+                "INSERT INTO t_event_record (biz_no, event_type, payload, status, event_key) \
                  SELECT {key}, 'ORDER_CREATED', \
-                 CONCAT('{{\"order\":\"ORD-', {done} + seq, '\",\"amount_cents\":', seq, ',\"note\":\"', REPEAT('x', 140), '\"}}'), '{status}' \
+                 CONCAT('{{\"order\":\"ORD-', {done} + seq, '\",\"amount_cents\":', seq, ',\"note\":\"', REPEAT('x', 140), '\"}}'), '{status}', UUID() \
                  FROM seq_1_to_{k}"
             ))
             .unwrap();

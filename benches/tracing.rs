@@ -52,8 +52,8 @@ fn drain(tag: &str, n: u64, traced: bool) -> f64 {
     while done < n {
         let k = (n - done).min(100_000);
         c.query_drop(format!(
-            "INSERT INTO t_event_record (biz_no, event_type, payload, headers) \
-             SELECT CONCAT('ORD-', seq + {done}), 'ORDER_PAID', REPEAT('x', 200), {headers} FROM seq_1_to_{k}"
+            "INSERT INTO t_event_record (biz_no, event_type, payload, headers, event_key) \
+             SELECT CONCAT('ORD-', seq + {done}), 'ORDER_PAID', REPEAT('x', 200), {headers}, UUID() FROM seq_1_to_{k}"
         ))
         .unwrap();
         done += k;

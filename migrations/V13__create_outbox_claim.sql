@@ -1,8 +1,9 @@
 -- The journal of held claim rounds (claim.strategy = held, docs/guarantees.md "The claim
 -- strategies"). A held round locks its rows in a transaction and writes nothing to them while it
 -- sends; before it sends, it commits one row here (on another connection) naming the rows, then
--- locks that row in its own transaction, and deletes it in the COMMIT that records the sends. A
--- row found here unlocked, older than a short grace, is a round whose connection died: its
+-- deletes it in its own transaction: the uncommitted DELETE holds the row until the COMMIT that
+-- records the sends, or brings it back if the round's connection dies. A row found here
+-- unlocked, older than a short grace, is such a round: its
 -- events may have been sent, so a relay counts an attempt on each one still pending and audits
 -- each as claim-lost (outbox_audit), then deletes the row.
 CREATE TABLE IF NOT EXISTS outbox_claim (

@@ -5,14 +5,24 @@
 //! topic, starts K `outboxd run` processes, writers commit events concurrently (some
 //! transactions rolled back on purpose), and meanwhile a random instance is SIGKILLed at random
 //! moments (and restarted), the broker is SIGKILLed and restarted once, and MariaDB is restarted
-//! once (`--no-db-restart` skips that). Then it waits until every committed row is SUCCESS, reads
-//! the topic back and checks: nothing lost, nothing rolled back delivered, no FAIL row, and
-//! duplicates bounded by the rows that were in flight (SENDING) at the faults.
+//! once, not before the broker is back (`--no-db-restart` skips that). Then it waits until every
+//! committed row is SUCCESS, reads the topic back and checks: nothing lost, nothing rolled back
+//! delivered, no FAIL row, and duplicates bounded by the rows that were in flight at the faults:
+//! SENDING rows under a lease, and under held claims the WAIT rows a round has locked, named by
+//! its journal row in `outbox_claim`. Every duplicated event is explained, row by row: copies <=
+//! 1 + retry_count + its claim-lost audits (a held round that ended without recording its sends).
+//!
+//! The relays run with `claim.strategy` = `--strategy` (held, the default, unless told) and
+//! `sent.rows = keep`: the harness reads every outcome from the table.
 //!
 //! `--stale-claim`: an instance is paused with SIGSTOP while it holds claimed rows, past its
-//! lease; another instance reclaims and delivers them; then SIGCONT. The late acks must change
-//! nothing (the rows stay SUCCESS under the other owner, same claim token), the first
-//! instance's `outbox_stale_acks` metric shows them, and every event is delivered.
+//! lease; another instance takes them over and delivers them once the claim ended (a lease: it
+//! expired and the rows are reclaimed; held: the server dropped the paused instance's idle
+//! connection after its `wait_timeout`, the lease, and the locks went with it; the lost round is
+//! audited as claim-lost); then SIGCONT. What the first instance does late must change nothing
+//! (the rows stay SUCCESS under the other owner, same claim token): its late acks are fenced
+//! (`outbox_stale_acks`), held its settle fails on the dropped connection
+//! (`outbox_possible_duplicates`); and every event is delivered.
 //!
 //! `--points`: the points service (the consuming half): relays and consumer processes killed,
 //! the broker killed; every committed order credited exactly once (`points.rs`).
@@ -45,6 +55,47 @@ type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const MARIADBD: &str = "/usr/sbin/mariadbd";
 
+/// The outbox table the relays work on (the default `table`).
+const TABLE: &str = "t_event_record";
+
+/// A held round's journal row (`outbox_claim`): the round locked these rows (still WAIT) and may
+/// be sending them, or its connection died and no relay has recovered the row yet.
+struct Journaled {
+    token: u64,
+    ids: Vec<u64>,
+    /// By the database's clock.
+    claimed_at: String,
+}
+
+/// The journal rows of the outbox table's held rounds, of `owner` or of every relay, claimed at
+/// or before `claimed_by` (a database time plus a margin) when given.
+fn journal_rows<Q: Queryable>(
+    q: &mut Q,
+    owner: Option<&str>,
+    claimed_by: Option<(&str, Duration)>,
+) -> Res<Vec<Journaled>> {
+    let rows: Vec<(u64, String, String)> = q.exec(
+        "SELECT token, ids, CAST(claimed_at AS CHAR) FROM outbox_claim WHERE table_name = ? \
+         AND (? IS NULL OR owner = ?) \
+         AND (? IS NULL OR claimed_at <= TIMESTAMPADD(MICROSECOND, ?, CAST(? AS DATETIME(3))))",
+        (
+            TABLE,
+            owner,
+            owner,
+            claimed_by.map(|c| c.0),
+            claimed_by.map(|c| c.1.as_micros() as u64),
+            claimed_by.map(|c| c.0),
+        ),
+    )?;
+    rows.into_iter()
+        .map(|(token, text, claimed_at)| {
+            let ids = outbox::store::decode_ids(&text)
+                .ok_or_else(|| format!("outbox_claim row {token} names its rows as {text:?}, not an id list"))?;
+            Ok(Journaled { token, ids, claimed_at })
+        })
+        .collect()
+}
+
 #[derive(Clone)]
 struct Args {
     events: usize,
@@ -65,12 +116,15 @@ struct Args {
     outboxd: PathBuf,
     keep: bool,
     sets: Vec<String>,
+    /// `claim.strategy` of every relay (`OUTBOX_CLAIM_STRATEGY`): held (the default) or a lease.
+    strategy: String,
 }
 
 fn usage() -> &'static str {
     "faults [--events N] [--instances K] [--kills N] [--writers W] [--no-db-restart] [--no-broker-kill]\n\
      \x20      [--stale-claim [--cycles N]] [--points [--consumers N]] [--lease-ms MS] [--kill-gap-ms MS] [--deadline-s S]\n\
-     \x20      [--mysql URL-without-db] [--namesrv host:port] [--outboxd PATH] [--keep] [--set key=value]..."
+     \x20      [--strategy held|skip-locked|per-row] [--mysql URL-without-db] [--namesrv host:port] [--outboxd PATH]\n\
+     \x20      [--keep] [--set key=value]..."
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -102,6 +156,7 @@ fn parse_args() -> Result<Args, String> {
             .unwrap_or(default_outboxd),
         keep: false,
         sets: Vec::new(),
+        strategy: "held".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -128,6 +183,7 @@ fn parse_args() -> Result<Args, String> {
             "--outboxd" => a.outboxd = PathBuf::from(value("--outboxd")?),
             "--keep" => a.keep = true,
             "--set" => a.sets.push(value("--set")?),
+            "--strategy" => a.strategy = value("--strategy")?,
             "-h" | "--help" => {
                 println!("{}", usage());
                 std::process::exit(0);
@@ -140,6 +196,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if a.stale_claim && a.instances < 2 {
         a.instances = 2;
+    }
+    if !["held", "skip-locked", "per-row"].contains(&a.strategy.as_str()) {
+        return Err(format!("--strategy {:?}: held, skip-locked or per-row", a.strategy));
     }
     if a.lease_ms < 400 {
         return Err("--lease-ms must be at least 400".into());
@@ -280,9 +339,10 @@ impl Env {
             started: Instant::now(),
         };
         println!(
-            "database {} | topic {} | lease {} ms | logs in {}",
+            "database {} | topic {} | claim.strategy {} | lease {} ms | logs in {}",
             e.db,
             e.topic,
+            args.strategy,
             args.lease_ms,
             e.dir.display()
         );
@@ -306,10 +366,74 @@ impl Env {
         Ok(self.conn()?.query_first(sql)?.unwrap_or(0))
     }
 
-    fn ids(&self, cond: &str) -> Res<Vec<u64>> {
-        Ok(self
-            .conn()?
-            .query(format!("SELECT id FROM t_event_record WHERE {cond}"))?)
+    /// Rows in flight, of `owner` or of every relay: SENDING rows (claimed under a lease) and
+    /// the rows named by held rounds' journal rows (WAIT, locked by a round that may be sending
+    /// them, or left by a round whose connection died, until a relay recovers it). With
+    /// `claimed_by` (a database time plus a margin), only rows claimed by then.
+    fn in_flight_where(&self, owner: Option<&str>, claimed_by: Option<(&str, Duration)>) -> Res<HashSet<u64>> {
+        let mut conn = self.conn()?;
+        let sending: Vec<u64> = conn.exec(
+            "SELECT id FROM t_event_record WHERE status = 'SENDING' AND (? IS NULL OR claim_owner = ?) \
+             AND (? IS NULL OR claimed_at <= TIMESTAMPADD(MICROSECOND, ?, CAST(? AS DATETIME(3))))",
+            (
+                owner,
+                owner,
+                claimed_by.map(|c| c.0),
+                claimed_by.map(|c| c.1.as_micros() as u64),
+                claimed_by.map(|c| c.0),
+            ),
+        )?;
+        let mut ids: HashSet<u64> = sending.into_iter().collect();
+        for j in journal_rows(&mut conn, owner, claimed_by)? {
+            ids.extend(j.ids);
+        }
+        Ok(ids)
+    }
+
+    fn in_flight(&self, owner: Option<&str>) -> Res<HashSet<u64>> {
+        self.in_flight_where(owner, None)
+    }
+
+    /// The rows `owner` holds right now, each with the time its claim began (database clock):
+    /// its SENDING rows (their `claimed_at`, moved on by each lease renewal) and the rows of its
+    /// held rounds whose journal row it has locked (the journal row's `claimed_at`; a journal row
+    /// nobody holds is a lost round, not a claim).
+    fn holding(&self, owner: &str) -> Res<HashMap<u64, String>> {
+        let mut conn = self.conn()?;
+        let mut held: HashMap<u64, String> = conn
+            .exec(
+                "SELECT id, CAST(claimed_at AS CHAR) FROM t_event_record WHERE status = 'SENDING' AND claim_owner = ?",
+                (owner,),
+            )?
+            .into_iter()
+            .collect();
+        let mut tx = conn.start_transaction(TxOpts::default())?;
+        let all = journal_rows(&mut tx, Some(owner), None)?;
+        // The unlocked ones: locking them for a moment delays nobody (a lost round's recovery
+        // skips locked rows and comes back; a round locks its own row before it sends).
+        let free: HashSet<u64> = tx
+            .exec(
+                "SELECT token FROM outbox_claim WHERE table_name = ? AND owner = ? FOR UPDATE SKIP LOCKED",
+                (TABLE, owner),
+            )?
+            .into_iter()
+            .collect();
+        tx.rollback()?;
+        for j in all.into_iter().filter(|j| !free.contains(&j.token)) {
+            for id in j.ids {
+                held.insert(id, j.claimed_at.clone());
+            }
+        }
+        Ok(held)
+    }
+
+    /// Held rounds' journal rows on the outbox table, and the events they name.
+    fn journal_counts(&self) -> Res<(u64, u64)> {
+        let row: Option<(u64, u64)> = self.conn()?.exec_first(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(events), 0) AS UNSIGNED) FROM outbox_claim WHERE table_name = ?",
+            (TABLE,),
+        )?;
+        Ok(row.unwrap_or((0, 0)))
     }
 
     fn by_status(&self) -> Res<HashMap<String, u64>> {
@@ -349,6 +473,10 @@ impl Env {
             .env("OUTBOX_DB_URL", &self.url)
             .env("OUTBOX_TOPIC", &self.topic)
             .env("OUTBOX_INSTANCE_ID", &id)
+            .env("OUTBOX_CLAIM_STRATEGY", &self.args.strategy)
+            // The harness reads every outcome from the table (each committed row SUCCESS, its
+            // owner and token, retry_count): sent rows are kept, not deleted.
+            .env("OUTBOX_SENT_ROWS", "keep")
             .env("OUTBOX_LEASE_MS", lease.to_string())
             .env("OUTBOX_RECLAIM_INTERVAL_MS", (lease / 6).max(100).to_string())
             .env("OUTBOX_SEND_TIMEOUT_MS", (lease / 4).to_string())
@@ -503,6 +631,13 @@ struct LogFigures {
     breaker_opened: u64,
     dead_letters: u64,
     db_errors: u64,
+    /// Held rounds found ended without recording their sends (their connection died), and
+    /// their events, audited as claim-lost.
+    lost_rounds: u64,
+    claim_lost: u64,
+    /// Held rounds of this instance whose settle failed, and the sends they had made.
+    unrecorded_rounds: u64,
+    unrecorded_sends: u64,
 }
 
 fn log_figures(path: &Path) -> LogFigures {
@@ -530,6 +665,22 @@ fn log_figures(path: &Path) -> LogFigures {
             // "lease renewal: {lost} of {n} events were no longer ours"
             if let Some(i) = line.find("lease renewal: ") {
                 f.lost_leases += first_number(&line[i + "lease renewal: ".len()..]);
+            }
+        }
+        if line.contains("held rounds that ended without recording their sends") {
+            // "recovered {rounds} held rounds that ended without recording their sends: {events} events audited ..."
+            if let Some(i) = line.find("recovered ") {
+                f.lost_rounds += first_number(&line[i + "recovered ".len()..]);
+            }
+            if let Some(i) = line.find("their sends: ") {
+                f.claim_lost += first_number(&line[i + "their sends: ".len()..]);
+            }
+        }
+        if line.contains("could not record its sends") {
+            // "held round {token} could not record its sends ({e}): ... claimable again and the {sent} sent among them ..."
+            f.unrecorded_rounds += 1;
+            if let Some(i) = line.find("claimable again and the ") {
+                f.unrecorded_sends += first_number(&line[i + "claimable again and the ".len()..]);
             }
         }
         if line.contains("circuit breaker opened") {
@@ -592,9 +743,9 @@ fn mariadb_up() -> bool {
         .unwrap_or(false)
 }
 
-/// Stops MariaDB (waiting for the process to end) and starts it again; returns the time it was
-/// unreachable.
-fn restart_mariadb() -> Res<Duration> {
+/// Stops MariaDB (waiting for the process to end) and starts it again; returns the time the stop
+/// took and the time it was unreachable.
+fn restart_mariadb() -> Res<(Duration, Duration)> {
     let t0 = Instant::now();
     let st = Command::new("start-stop-daemon")
         .args(["--stop", "--exec", MARIADBD, "--retry", "60"])
@@ -602,6 +753,7 @@ fn restart_mariadb() -> Res<Duration> {
     if !st.success() {
         return Err(format!("start-stop-daemon --stop failed: {st}").into());
     }
+    let stopped = t0.elapsed();
     let _ = std::fs::create_dir_all("/run/mysqld");
     let _ = Command::new("chown").args(["mysql:mysql", "/run/mysqld"]).status();
     let st = Command::new("start-stop-daemon")
@@ -625,7 +777,7 @@ fn restart_mariadb() -> Res<Duration> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(t0.elapsed())
+    Ok((stopped, t0.elapsed()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -798,11 +950,13 @@ enum FaultKind {
 struct Fault {
     at: f64,
     kind: FaultKind,
-    /// Rows SENDING anywhere right before the fault.
-    sending_global: u64,
-    /// Rows that could be delivered twice because of this fault: for a kill, the killed
-    /// instance's SENDING rows (before the kill, and frozen after it); for the broker and the
-    /// database, every SENDING row right before.
+    /// Rows in flight anywhere right before the fault (see [`Env::in_flight`]).
+    in_flight_global: u64,
+    /// Rows that could be delivered twice because of this fault, SENDING rows and rows locked by
+    /// held rounds (named by their journal rows) alike: for a kill, the killed instance's (before
+    /// the kill, and after it: frozen until their lease expires or their round is recovered);
+    /// for the broker, every one right before; for the database, every one right before, and
+    /// those claimed after that until the server stopped (their rounds died with it).
     at_risk: HashSet<u64>,
 }
 
@@ -818,7 +972,7 @@ fn fault_run(args: &Args) -> Res<bool> {
     let gap = Duration::from_millis(args.kill_gap_ms);
     let span = gap * args.kills.max(3) as u32;
     // The plan: kills at random moments (gaps 0.5..1.5 x the mean), the broker at ~35 %, the
-    // database at ~65 % of the span; writers spread over the span.
+    // database at ~65 % of the span (or once the broker is back); writers spread over the span.
     let mut plan: Vec<(Duration, Planned)> = Vec::new();
     let mut t = Duration::from_millis(1500);
     for _ in 0..args.kills {
@@ -884,7 +1038,15 @@ fn fault_run(args: &Args) -> Res<bool> {
             }
         }
         // The next fault, when due.
-        if plan.last().is_some_and(|(at, _)| run_start.elapsed() >= *at) {
+        let due = plan.last().is_some_and(|(at, _)| run_start.elapsed() >= *at);
+        if due && broker_back.is_some() && matches!(plan.last(), Some((_, Planned::Db))) {
+            // Not while the broker is down: the relays' breakers are open, nothing is in flight
+            // and the restart would catch no round (no settle failing, no claim lost). Once the
+            // broker is back, the backlog is being sent.
+            let (_, db) = plan.pop().unwrap();
+            plan.push((run_start.elapsed() + Duration::from_millis(250), db));
+            plan.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        } else if due {
             let (_, what) = plan.pop().unwrap();
             // A fault that ran late (a restart took long) does not bunch the next kills up.
             let earliest = run_start.elapsed() + min_gap;
@@ -903,18 +1065,19 @@ fn fault_run(args: &Args) -> Res<bool> {
                     } else {
                         let slot = alive[rng.random_range(0..alive.len())];
                         let mut inst = slots[slot].take().unwrap();
-                        let owner_cond = format!("status = 'SENDING' AND claim_owner = '{}'", inst.id);
-                        let sending_global = env.count("status = 'SENDING'").unwrap_or(0);
-                        let mut at_risk: HashSet<u64> = env.ids(&owner_cond).unwrap_or_default().into_iter().collect();
+                        let in_flight_global = env.in_flight(None).map(|s| s.len() as u64).unwrap_or(0);
+                        let mut at_risk = env.in_flight(Some(&inst.id)).unwrap_or_default();
                         inst.sigkill()?;
-                        // Dead now: its SENDING rows are frozen until their lease expires.
-                        at_risk.extend(env.ids(&owner_cond).unwrap_or_default());
+                        // Dead now: its SENDING rows are frozen until their lease expires, its
+                        // held rounds' journal rows until a relay recovers them (JOURNAL_GRACE
+                        // after their claim at the earliest); their rows are claimable at once.
+                        at_risk.extend(env.in_flight(Some(&inst.id)).unwrap_or_default());
                         println!(
-                            "  {:>6.1} s  SIGKILL {} (slot {slot}): {} of its rows SENDING, {} SENDING in all",
+                            "  {:>6.1} s  SIGKILL {} (slot {slot}): {} of its rows in flight, {} in flight in all",
                             env.t(),
                             inst.id,
                             at_risk.len(),
-                            sending_global
+                            in_flight_global
                         );
                         faults.push(Fault {
                             at: env.t(),
@@ -922,7 +1085,7 @@ fn fault_run(args: &Args) -> Res<bool> {
                                 slot,
                                 id: inst.id.clone(),
                             },
-                            sending_global,
+                            in_flight_global,
                             at_risk,
                         });
                         let pause = Duration::from_millis(rng.random_range(0..1500));
@@ -930,14 +1093,18 @@ fn fault_run(args: &Args) -> Res<bool> {
                     }
                 }
                 Planned::Broker => {
-                    let ids: HashSet<u64> = env.ids("status = 'SENDING'").unwrap_or_default().into_iter().collect();
+                    let ids = env.in_flight(None).unwrap_or_default();
                     let t0 = Instant::now();
                     script(&["kill-broker"])?;
-                    println!("  {:>6.1} s  broker SIGKILLed with {} rows SENDING", env.t(), ids.len());
+                    println!(
+                        "  {:>6.1} s  broker SIGKILLed with {} rows in flight",
+                        env.t(),
+                        ids.len()
+                    );
                     faults.push(Fault {
                         at: env.t(),
                         kind: FaultKind::Broker,
-                        sending_global: ids.len() as u64,
+                        in_flight_global: ids.len() as u64,
                         at_risk: ids,
                     });
                     // Back after a few seconds, while the kills go on.
@@ -956,24 +1123,39 @@ fn fault_run(args: &Args) -> Res<bool> {
                     }));
                 }
                 Planned::Db => {
-                    let ids: HashSet<u64> = env.ids("status = 'SENDING'").unwrap_or_default().into_iter().collect();
+                    let mut ids = env.in_flight(None).unwrap_or_default();
+                    let in_flight_global = ids.len() as u64;
+                    let db_now: Option<String> = env
+                        .conn()
+                        .ok()
+                        .and_then(|mut c| c.query_first("SELECT CAST(NOW(3) AS CHAR)").ok().flatten());
+                    let at = env.t();
+                    println!("  {at:>6.1} s  restarting MariaDB with {in_flight_global} rows in flight");
+                    let stopped;
+                    (stopped, db_down) = restart_mariadb()?;
+                    // Rows claimed between the sample and the stop were in flight too: their
+                    // rounds died with the server, and their journal rows and SENDING rows are
+                    // still there (unless a relay already recovered or reclaimed them).
+                    let mut late = 0;
+                    if let Some(t) = db_now.as_deref() {
+                        for id in env
+                            .in_flight_where(None, Some((t, stopped + Duration::from_millis(100))))
+                            .unwrap_or_default()
+                        {
+                            late += u64::from(ids.insert(id));
+                        }
+                    }
                     println!(
-                        "  {:>6.1} s  restarting MariaDB with {} rows SENDING",
-                        env.t(),
-                        ids.len()
-                    );
-                    faults.push(Fault {
-                        at: env.t(),
-                        kind: FaultKind::Db,
-                        sending_global: ids.len() as u64,
-                        at_risk: ids,
-                    });
-                    db_down = restart_mariadb()?;
-                    println!(
-                        "  {:>6.1} s  MariaDB back (unreachable {:.1} s)",
+                        "  {:>6.1} s  MariaDB back (unreachable {:.1} s); {late} more rows were claimed before it stopped",
                         env.t(),
                         db_down.as_secs_f64()
                     );
+                    faults.push(Fault {
+                        at,
+                        kind: FaultKind::Db,
+                        in_flight_global,
+                        at_risk: ids,
+                    });
                 }
             }
         }
@@ -990,13 +1172,13 @@ fn fault_run(args: &Args) -> Res<bool> {
             writers.done.store(true, Relaxed);
         }
         if last_print.elapsed() >= Duration::from_secs(2) || (plan.is_empty() && writers_done) {
-            match env.by_status() {
-                Ok(s) => {
+            match env.by_status().and_then(|s| Ok((s, env.journal_counts()?))) {
+                Ok((s, (rounds, held))) => {
                     let g = |k: &str| s.get(k).copied().unwrap_or(0);
                     let written = writers.written.load(Relaxed);
                     if last_print.elapsed() >= Duration::from_secs(2) {
                         println!(
-                            "  {:>6.1} s  written {written:>7}/{total}  SUCCESS {:>7}  WAIT {:>6}  SENDING {:>5}  FAIL {}  | faults {}/{}  instances up {}",
+                            "  {:>6.1} s  written {written:>7}/{total}  SUCCESS {:>7}  WAIT {:>6} (held {held:>5} in {rounds:>2} rounds)  SENDING {:>5}  FAIL {}  | faults {}/{}  instances up {}",
                             env.t(),
                             g("SUCCESS"),
                             g("WAIT"),
@@ -1014,6 +1196,8 @@ fn fault_run(args: &Args) -> Res<bool> {
                         && writers_done
                         && g("WAIT") == 0
                         && g("SENDING") == 0
+                        // Lost held rounds recovered (audited) before the checks read the audit.
+                        && rounds == 0
                     {
                         drained_at = Some(env.t());
                         break;
@@ -1137,15 +1321,28 @@ fn fault_run(args: &Args) -> Res<bool> {
     let bound: u64 = faults.iter().map(|f| f.at_risk.len() as u64).sum();
     let dup_ids: Vec<(u64, u64)> = copies.iter().filter(|(_, &c)| c > 1).map(|(&i, &c)| (i, c)).collect();
     let dup_outside_faults = dup_ids.iter().filter(|(id, _)| !at_risk_all.contains(id)).count();
-    // Each resend needs the row to come back to WAIT through a reclaim or a retry, both of which
-    // add one to retry_count: copies <= 1 + retry_count, row by row.
-    let per_row_violations: Vec<(u64, u64, u32)> = dup_ids
+    // Each resend needs the row claimable again after a send: a reclaim or a retry (both add
+    // one to retry_count), or a held round that ended without recording its sends (its
+    // connection died), which the recovery audits as claim-lost (and counts an attempt only on
+    // rows still pending by then: another relay has often resent the row already). So
+    // copies <= 1 + retry_count + claim-lost audits, row by row.
+    let claim_lost: HashMap<u64, u64> = env.conn()?.exec_map(
+        "SELECT event_id, COUNT(*) FROM outbox_audit WHERE table_name = ? AND action = 'claim-lost' GROUP BY event_id",
+        (TABLE,),
+        |(id, n): (u64, u64)| (id, n),
+    )?
+    .into_iter()
+    .collect();
+    let claim_lost_audits: u64 = claim_lost.values().sum();
+    let per_row_violations: Vec<(u64, u64, u32, u64)> = dup_ids
         .iter()
         .filter_map(|&(id, c)| {
             let rc = retry_of.get(&id).copied().unwrap_or(0);
-            (c > 1 + rc as u64).then_some((id, c, rc))
+            let lost = claim_lost.get(&id).copied().unwrap_or(0);
+            (c > 1 + rc as u64 + lost).then_some((id, c, rc, lost))
         })
         .collect();
+    let dup_claim_lost = dup_ids.iter().filter(|(id, _)| claim_lost.contains_key(id)).count();
 
     let kills = faults
         .iter()
@@ -1175,10 +1372,10 @@ fn fault_run(args: &Args) -> Res<bool> {
             FaultKind::Db => "MariaDB restart".into(),
         };
         println!(
-            "  {:>6.1} s  {what:<40} in flight {:>5} (SENDING in all {})",
+            "  {:>6.1} s  {what:<40} in flight {:>5} (in flight in all {})",
             f.at,
             f.at_risk.len(),
-            f.sending_global
+            f.in_flight_global
         );
     }
     println!();
@@ -1205,8 +1402,10 @@ fn fault_run(args: &Args) -> Res<bool> {
         dup_ids.len()
     );
     println!(
-        "  per-row bound        copies <= 1 + retry_count: {} violations; highest retry_count {max_retry_count}, sum {sum_retry_count}",
-        per_row_violations.len()
+        "  per-row bound        copies <= 1 + retry_count + claim-lost audits: {} violations; highest retry_count {max_retry_count}, sum {sum_retry_count}; \
+         {claim_lost_audits} claim-lost audits on {} events ({dup_claim_lost} of the duplicated events among them)",
+        per_row_violations.len(),
+        claim_lost.len()
     );
     println!(
         "  relays (logs)        reclaimed {} | stale acks {} (live instances' metric {live_stale}) | breaker opened {} | dead letters {} | db retries {}",
@@ -1217,6 +1416,13 @@ fn fault_run(args: &Args) -> Res<bool> {
         sum(|f| f.db_errors)
     );
     println!(
+        "  held rounds (logs)   lost and recovered {} ({} events audited claim-lost) | settles that failed {} ({} sends among them)",
+        sum(|f| f.lost_rounds),
+        sum(|f| f.claim_lost),
+        sum(|f| f.unrecorded_rounds),
+        sum(|f| f.unrecorded_sends)
+    );
+    println!(
         "  outages              broker down {:.1} s, MariaDB unreachable {:.1} s; drained at {}",
         broker_down.as_secs_f64(),
         db_down.as_secs_f64(),
@@ -1225,11 +1431,13 @@ fn fault_run(args: &Args) -> Res<bool> {
             .unwrap_or_else(|| "never".into())
     );
     println!(
-        "committed={committed} delivered={delivered} lost={lost} rolled_back_delivered={rb_delivered} fail_rows={} duplicates={duplicates} dup_bound={bound} kills={kills} broker_kills={} db_restarts={} reclaimed={} max_retry_count={max_retry_count} unexpected={unexpected} mismatched={mismatched}",
+        "strategy={} committed={committed} delivered={delivered} lost={lost} rolled_back_delivered={rb_delivered} fail_rows={} duplicates={duplicates} dup_bound={bound} kills={kills} broker_kills={} db_restarts={} reclaimed={} lost_rounds={} claim_lost_audits={claim_lost_audits} max_retry_count={max_retry_count} unexpected={unexpected} mismatched={mismatched}",
+        args.strategy,
         st("FAIL"),
         faults.iter().filter(|f| matches!(f.kind, FaultKind::Broker)).count(),
         faults.iter().filter(|f| matches!(f.kind, FaultKind::Db)).count(),
         sum(|f| f.reclaimed),
+        sum(|f| f.lost_rounds),
     );
 
     let mut violations = Vec::new();
@@ -1265,7 +1473,7 @@ fn fault_run(args: &Args) -> Res<bool> {
     check(
         per_row_violations.is_empty(),
         format!(
-            "events delivered more often than 1 + retry_count: {:?}",
+            "events delivered more often than 1 + retry_count + claim-lost audits (id, copies, retry_count, audits): {:?}",
             &per_row_violations[..per_row_violations.len().min(10)]
         ),
     );
@@ -1350,68 +1558,72 @@ fn row_states(env: &Env, ids: &[u64]) -> Res<HashMap<u64, RowState>> {
 fn stale_claim(args: &Args) -> Res<bool> {
     let env = Env::new(args, "stale")?;
     let lease = Duration::from_millis(args.lease_ms);
+    let held = args.strategy == "held";
     let per_cycle = args.events.max(2000);
-    // A sends its claimed rows one at a time from one worker: it holds SENDING rows for most of
-    // a second after each claim, a window the pause below cannot miss however fast B drains.
+    // A sends its claimed rows one at a time from one worker: it holds claimed rows (SENDING
+    // under a lease; WAIT rows locked by its round, held) for most of a second after each
+    // claim, a window the pause below cannot miss however fast B drains.
     let mut a = env.spawn_with(0, 0, &["workers=1", "publish.batch.max=1"])?;
     let mut b = env.spawn(1, 0)?;
     println!(
-        "instance A {} and instance B {}; {} events per cycle, lease {} ms",
+        "instance A {} and instance B {}; {} events per cycle, claim.strategy {}, lease {} ms",
         a.id,
         b.id,
         per_cycle,
+        args.strategy,
         lease.as_millis()
     );
     let mut all_ids: Vec<u64> = Vec::new();
     let mut paused_rows: HashSet<u64> = HashSet::new();
     let mut violations: Vec<String> = Vec::new();
     let mut stale_metric = 0u64;
+    let mut possible_dups = 0u64;
     let mut lost_leases = 0u64;
+    let mut unrecorded = 0u64;
     let mut cycles_done = 0;
     for cycle in 0..args.cycles.max(1) {
         cycles_done = cycle + 1;
         let ids = seed(&env, per_cycle, cycle)?;
         all_ids.extend(&ids);
-        // Pause A at a moment it holds claimed rows.
-        let mine = format!("status = 'SENDING' AND claim_owner = '{}'", a.id);
-        let mut p: Vec<u64> = Vec::new();
+        // Pause A at a moment it holds claimed rows; what it holds then, with the time each
+        // claim began (see Env::holding).
+        let mut a_claimed: HashMap<u64, String> = HashMap::new();
         let mut paused_at = Instant::now();
         for _ in 0..200 {
-            if env.count(&mine)? > 0 {
+            if !env.holding(&a.id)?.is_empty() {
                 a.signal(libc::SIGSTOP);
                 paused_at = Instant::now();
-                // Statements A had already sent the server finish; then its rows are frozen.
+                // Statements A had already sent the server finish; then its claims are frozen.
                 std::thread::sleep(Duration::from_millis(300));
-                p = env.ids(&mine)?;
-                if !p.is_empty() {
+                a_claimed = env.holding(&a.id)?;
+                if !a_claimed.is_empty() {
                     break;
                 }
                 a.signal(libc::SIGCONT);
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        if p.is_empty() {
-            violations.push(format!("cycle {cycle}: never caught A holding SENDING rows"));
+        if a_claimed.is_empty() {
+            violations.push(format!("cycle {cycle}: never caught A holding claimed rows"));
             continue;
         }
+        let mut p: Vec<u64> = a_claimed.keys().copied().collect();
+        p.sort_unstable();
         let before_token: HashMap<u64, Option<u64>> =
             row_states(&env, &p)?.into_iter().map(|(id, s)| (id, s.2)).collect();
-        // A's leases as the database keeps them (claimed_at, moved on by each renewal).
-        let id_list = p.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
-        let a_claimed: HashMap<u64, String> = env
-            .conn()?
-            .query_map(
-                format!("SELECT id, CAST(claimed_at AS CHAR) FROM t_event_record WHERE id IN ({id_list})"),
-                |(id, at): (u64, String)| (id, at),
-            )?
-            .into_iter()
-            .collect();
         println!(
-            "cycle {cycle}: A (pid {}) paused with SIGSTOP holding {} SENDING rows",
+            "cycle {cycle}: A (pid {}) paused with SIGSTOP holding {} {}",
             a.pid(),
-            p.len()
+            p.len(),
+            if held {
+                "rows locked by its held round(s)"
+            } else {
+                "SENDING rows"
+            }
         );
-        // B reclaims them after the lease and delivers them.
+        // B takes them over once A's claim ends (its lease expired and B reclaims them; held,
+        // the server dropped A's idle connection after its wait_timeout, the lease, and the
+        // locks went with it) and delivers them.
         let limit = Instant::now() + lease * 10 + Duration::from_secs(60);
         let mut taken_over = false;
         while Instant::now() < limit {
@@ -1434,16 +1646,19 @@ fn stale_claim(args: &Args) -> Res<bool> {
         let paused_for = paused_at.elapsed();
         let new_tokens = snapshot.iter().filter(|(id, s)| s.2 != before_token[id]).count();
         println!(
-            "  B ({}) reclaimed and delivered all {} after {:.1} s (lease {:.1} s); {new_tokens} rows under a new claim token",
+            "  B ({}) took over and delivered all {} after {:.1} s (lease {:.1} s); {new_tokens} rows under a new claim token",
             b.id,
             p.len(),
             paused_for.as_secs_f64(),
             lease.as_secs_f64()
         );
-        // B may take a row only once A's lease on it has run out, by the database's clock: its
-        // claim at or after A's claimed_at plus the lease (a row with no claim time fails too).
-        // The pause itself may be shorter than a lease: A claimed or renewed the rows before it
-        // began.
+        // B may take a row only once A's claim on it has ended, by the database's clock: its
+        // claim (held: its settle, which stamps claimed_at) at or after A's claim time plus the
+        // lease (a row with no claim time fails too). Under a lease A's claim time is the row's
+        // claimed_at, moved on by each renewal; held it is the claimed_at of A's journal row,
+        // which A's round locked right after writing it: from then on A's connection was idle,
+        // and the server drops it after wait_timeout, the lease rounded up to whole seconds.
+        // The pause itself may be shorter than a lease: A claimed the rows before it began.
         let mut conn = env.conn()?;
         let mut early = Vec::new();
         for (id, a_at) in &a_claimed {
@@ -1456,18 +1671,21 @@ fn stale_claim(args: &Args) -> Res<bool> {
         }
         if !early.is_empty() {
             violations.push(format!(
-                "cycle {cycle}: B claimed {} of A's rows before A's lease on them ran out (ids {:?})",
+                "cycle {cycle}: B claimed {} of A's rows before A's claim on them ended (ids {:?})",
                 early.len(),
                 &early[..early.len().min(5)]
             ));
         }
-        // Resume A: its late acks (and releases) must change nothing.
+        // Resume A: its late acks (and releases) must change nothing; held, its round's
+        // settle fails (its connection is gone) and writes nothing.
         a.signal(libc::SIGCONT);
         let drained = {
             let end = Instant::now() + Duration::from_secs(300);
             loop {
                 let open = env.count("status IN ('WAIT', 'SENDING')")?;
-                if open == 0 {
+                // A's lost round recovered (its rows audited) too.
+                let (rounds, _) = env.journal_counts()?;
+                if open == 0 && rounds == 0 {
                     break true;
                 }
                 if Instant::now() > end {
@@ -1479,7 +1697,7 @@ fn stale_claim(args: &Args) -> Res<bool> {
         // A's late acks happen at once after SIGCONT; give it a moment past the drain.
         std::thread::sleep(Duration::from_secs(2));
         if !drained {
-            violations.push(format!("cycle {cycle}: rows left unsent"));
+            violations.push(format!("cycle {cycle}: rows left unsent or lost rounds unrecovered"));
         }
         let after = row_states(&env, &p)?;
         let changed: Vec<u64> = p
@@ -1488,14 +1706,24 @@ fn stale_claim(args: &Args) -> Res<bool> {
             .filter(|id| after.get(id) != snapshot.get(id))
             .collect();
         stale_metric = a.metric("outbox_stale_acks").unwrap_or(0);
+        possible_dups = a.metric("outbox_possible_duplicates").unwrap_or(0);
         let figures = log_figures(&a.log);
         lost_leases = figures.lost_leases;
+        unrecorded = figures.unrecorded_rounds;
+        let audited: u64 = env.scalar(&format!(
+            "SELECT COUNT(DISTINCT event_id) FROM outbox_audit WHERE table_name = '{TABLE}' \
+             AND action = 'claim-lost' AND event_id IN ({})",
+            p.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+        ))?;
         println!(
-            "  A resumed: {} of the {} rows changed after the resume; A's outbox_stale_acks = {stale_metric}, its log: {} late acks, {} lost leases noticed at renewal",
+            "  A resumed: {} of the {} rows changed after the resume; A's outbox_stale_acks = {stale_metric}, \
+             outbox_possible_duplicates = {possible_dups}; its log: {} late acks, {} lost leases noticed at renewal, \
+             {} held rounds that could not record their sends; {audited} of the rows audited claim-lost",
             changed.len(),
             p.len(),
             figures.stale_acks,
-            figures.lost_leases
+            figures.lost_leases,
+            figures.unrecorded_rounds
         );
         if !changed.is_empty() {
             violations.push(format!(
@@ -1507,14 +1735,27 @@ fn stale_claim(args: &Args) -> Res<bool> {
                     .collect::<Vec<_>>()
             ));
         }
+        if held && audited < p.len() as u64 {
+            violations.push(format!(
+                "cycle {cycle}: only {audited} of the {} rows of A's lost round(s) were audited claim-lost",
+                p.len()
+            ));
+        }
         paused_rows.extend(p);
-        if stale_metric > 0 {
+        if stale_metric > 0 || possible_dups > 0 {
             break;
         }
-        println!(
-            "  A's resumed sends ended without a late ack (their deadline had passed: timed out or released unsent, \
-             both fenced); trying another cycle to catch one"
-        );
+        if held {
+            println!(
+                "  A's lost round had recorded no send (none made before the pause; the rest released unsent after it, \
+                 their time up); trying another cycle to catch one"
+            );
+        } else {
+            println!(
+                "  A's resumed sends ended without a late ack (their deadline had passed: timed out or released unsent, \
+                 both fenced); trying another cycle to catch one"
+            );
+        }
     }
     let st = env.by_status()?;
     a.stop(Duration::from_secs(20))?;
@@ -1526,18 +1767,24 @@ fn stale_claim(args: &Args) -> Res<bool> {
     let dups = back.duplicates();
     println!();
     println!(
-        "stale_claim: cycles={cycles_done} paused_rows={} stale_acks={stale_metric} lost_leases_logged={lost_leases} events={} delivered={} lost={lost} duplicates={dups} (bound {}) fail_rows={fail}",
+        "stale_claim: strategy={} cycles={cycles_done} paused_rows={} stale_acks={stale_metric} possible_duplicates={possible_dups} \
+         lost_leases_logged={lost_leases} unrecorded_rounds_logged={unrecorded} events={} delivered={} lost={lost} duplicates={dups} (bound {}) fail_rows={fail}",
+        args.strategy,
         paused_rows.len(),
         all_ids.len(),
         got.len(),
         paused_rows.len()
     );
-    if stale_metric == 0 && lost_leases == 0 {
-        violations.push("neither A's outbox_stale_acks nor its log shows the lost claim".into());
-    } else if stale_metric == 0 {
+    if stale_metric == 0 && possible_dups == 0 && lost_leases == 0 && unrecorded == 0 {
+        violations.push(
+            "neither A's metrics (outbox_stale_acks, outbox_possible_duplicates) nor its log shows the lost claim"
+                .into(),
+        );
+    } else if stale_metric == 0 && possible_dups == 0 {
         println!(
             "note: no late *ack* in {cycles_done} cycles (A's sends ended by their deadline after SIGCONT); \
-             A's log shows the {lost_leases} lost leases and the rows were unchanged"
+             A's log shows the {lost_leases} lost leases and {unrecorded} held rounds that could not record their sends, \
+             and the rows were unchanged"
         );
     }
     if lost > 0 {

@@ -14,6 +14,9 @@
 //! letters after `consumer.max.attempts`, the queue going on). A third consumer joins the group
 //! for the middle third of the run and leaves it. At the end the poison is cured and the parked
 //! orders are replayed by `outboxd dead-letters replay --consumer-group`, as an operator would.
+//!
+//! The relays are [`Env::spawn`]'s: `claim.strategy` of `--strategy` (held by default) and
+//! `sent.rows = keep`, since the check reads every committed row SUCCESS from the table.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

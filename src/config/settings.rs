@@ -126,6 +126,14 @@ settings! {
         read_by: Relay,
         doc: "scan again at once when a round claimed a full batch",
     }
+    "scan.coalesce.ms" {
+        field: scan_coalesce,
+        kind: Millis(0, 1000),
+        default: "10",
+        seed: "0",
+        read_by: Relay,
+        doc: "least time between the starts of two claim rounds woken by commits: at live rates each round then takes the commits of that span together (0: a round per wake-up)",
+    }
     "reclaim.interval.ms" {
         field: reclaim_interval,
         kind: Millis(10, 3_600_000),

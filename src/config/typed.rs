@@ -170,6 +170,8 @@ pub struct Config {
     pub scan_interval: Duration,
     /// Scan again at once when a round claimed a full batch (a backlog is waiting).
     pub scan_drain: bool,
+    /// `scan.coalesce.ms`: least time between the starts of two rounds woken by commits.
+    pub scan_coalesce: Duration,
     pub reclaim_interval: Duration,
     /// How long a claim is valid without renewal.
     pub lease: Duration,
@@ -286,6 +288,7 @@ impl Config {
             batch_size: 0,
             scan_interval: Duration::ZERO,
             scan_drain: false,
+            scan_coalesce: Duration::ZERO,
             reclaim_interval: Duration::ZERO,
             lease: Duration::ZERO,
             lease_renew_fraction: 0.0,

@@ -37,6 +37,7 @@ pub(super) fn scanner_loop(
     // that took long, rows a failed claim left behind).
     let mut position: Option<ScanPosition> = None;
     let mut last_head_scan = Instant::now();
+    let never = crossbeam_channel::never::<()>();
     while !inner.stopping.load(SeqCst) {
         // A paused table (an operator's control) is not claimed from; what is in flight
         // finishes. Read at most once a second.
@@ -182,6 +183,13 @@ pub(super) fn scanner_loop(
             continue;
         }
         wait(&wake, &shutdown, cfg.scan_interval);
+        // Woken by a commit soon after this short round began: the next round waits until
+        // `scan.coalesce.ms` after it, and takes the commits of that span together (every round
+        // costs the database the same few statements, whatever its size).
+        let since = lease_start.elapsed();
+        if since < cfg.scan_coalesce {
+            wait(&never, &shutdown, cfg.scan_coalesce - since);
+        }
     }
 }
 

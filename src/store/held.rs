@@ -4,8 +4,8 @@
 //! claim, and they end with the transaction or with its connection.
 //!
 //! What makes a lost round visible is its journal row in `outbox_claim`, committed (on another
-//! connection) before anything is sent, locked by the round's own transaction and deleted by its
-//! COMMIT. A journal row older than a grace that nobody holds is a round whose connection died
+//! connection) before anything is sent, then deleted by the round's own transaction: the
+//! uncommitted DELETE locks it while the round lasts, and the round's COMMIT makes it final. A journal row older than a grace that nobody holds is a round whose connection died
 //! while its events may have been sent: [`Store::recover_lost_claims`] counts an attempt on each
 //! of its rows still pending (so a row that kills its sender ends FAIL) and audits each event as
 //! `claim-lost`, so every copy sent twice is attributable.
@@ -33,7 +33,6 @@ use crate::sql::{id_list, lit};
 pub struct HeldClaim {
     conn: Option<PooledConn>,
     token: u64,
-    journaled: bool,
 }
 
 impl HeldClaim {
@@ -184,7 +183,6 @@ impl Store {
         let mut claim = HeldClaim {
             conn: Some(self.held_conn()?),
             token: super::new_token(),
-            journaled: false,
         };
         claim.conn().query_drop("START TRANSACTION")?;
         let rows: Vec<Row> = claim.conn().query(self.scan_sql_after(limit, true, after))?;
@@ -219,11 +217,12 @@ impl Store {
             "INSERT INTO outbox_claim (token, table_name, owner, ids, events) VALUES (?, ?, ?, ?, ?)",
             (token, &self.table, &self.owner, encode_ids(&ids), ids.len() as u64),
         )?;
-        claim.journaled = true;
-        let mine: Option<u64> = claim.conn().query_first(format!(
-            "SELECT token FROM outbox_claim WHERE token = {token} FOR UPDATE"
-        ))?;
-        if mine.is_none() {
+        // The round's own DELETE locks the journal row until it ends: committed with the
+        // round's record, or rolled back with its connection (the row is back for the recovery).
+        claim
+            .conn()
+            .query_drop(format!("DELETE FROM outbox_claim WHERE token = {token}"))?;
+        if claim.conn().affected_rows() == 0 {
             // Taken for a lost round before this one locked it (a stall longer than the grace):
             // nothing was sent; the rows stay as they are, with the attempt it counted.
             log::warn!("held round {token}: its journal row was taken before the round locked it; nothing sent");
@@ -302,11 +301,6 @@ impl Store {
                 err = lit(&truncate(&o.parked_reason))
             ),
         )?;
-        if claim.journaled {
-            claim
-                .conn()
-                .query_drop(format!("DELETE FROM outbox_claim WHERE token = {token}"))?;
-        }
         claim.end("COMMIT")?;
         Ok(done)
     }
@@ -423,15 +417,6 @@ impl Store {
         }
         tx.commit()?;
         Ok(found)
-    }
-
-    /// Journal rows of this table's held rounds (open or lost and not yet recovered).
-    pub fn unsettled_rounds(&self) -> Result<u64> {
-        let n: Option<u64> = self.conn()?.query_first(format!(
-            "SELECT COUNT(*) FROM outbox_claim WHERE table_name = {}",
-            lit(&self.table)
-        ))?;
-        Ok(n.unwrap_or(0))
     }
 }
 

@@ -13,6 +13,8 @@ fn outboxd(db: &TestDb) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
     c.env("OUTBOX_DB_URL", &db.url)
         .env("RUST_LOG", "info")
+        // Sent rows stay SUCCESS for the tests to read (the default deletes them).
+        .env("OUTBOX_SENT_ROWS", "keep")
         .env_remove("OUTBOX_CONFIG");
     c
 }
@@ -444,8 +446,15 @@ fn a_second_signal_exits_at_once_while_draining() {
     let mut child = c.spawn().unwrap();
     let mut lines = Lines::of(&mut child);
     db.seed(1);
+    // Claimed by a held round: the row locked (still WAIT) and named in the round's journal row.
+    let journal = || -> u64 {
+        db.conn()
+            .query_first("SELECT COUNT(*) FROM outbox_claim")
+            .unwrap()
+            .unwrap_or(0)
+    };
     assert!(
-        wait_until(Duration::from_secs(60), || db.count("SENDING") == 1),
+        wait_until(Duration::from_secs(60), || journal() == 1),
         "the event was never claimed"
     );
     signal(&child, "TERM");
@@ -461,8 +470,14 @@ fn a_second_signal_exits_at_once_while_draining() {
         "{}",
         lines.all().join("\n")
     );
-    // The event is still SENDING: its lease brings it back, nothing is lost.
-    assert_eq!(db.count("SENDING"), 1);
+    // The round ended with the process: the row is claimable again, untouched, and the journal
+    // row tells the next relay to count the attempt and audit it. Nothing is lost.
+    assert!(
+        wait_until(Duration::from_secs(30), || db.count("WAIT") == 1),
+        "{:?}",
+        db.rows()
+    );
+    assert_eq!(journal(), 1);
 }
 
 #[test]

@@ -1,0 +1,640 @@
+//! What the outbox costs the order database, as MariaDB's own CPU time (`/proc/<mariadbd>/stat`,
+//! utime + stime), per order and per event, nothing else touching the server:
+//!
+//! - an order transaction alone (one order row, COMMIT), then with its event (the library's
+//!   INSERT in the same transaction), in alternating order round after round;
+//! - one relay draining those events to RocketMQ, per claim strategy and `sent.rows`;
+//! - retention deleting kept rows afterwards (what `sent.rows = keep` leaves for later);
+//! - a consumer with the inbox crediting the relayed events (its defaults, a one-row handler);
+//! - live: orders with their events at a steady rate (1 000/s), with and without a relay
+//!   running, and with the relay taking a round per commit (`scan.coalesce.ms = 0`).
+//!
+//! Each phase ends only when the server has done the work it deferred: the purge of deleted row
+//! versions (history list length back to where it was) and the flush of the pages the phase
+//! dirtied, so a phase pays for its own writes. Rows and index entries written come from
+//! `SHOW GLOBAL STATUS` (`Innodb_rows_*`, `Handler_*`).
+//!
+//! `cargo bench --features rocketmq --bench dbcost [-- --rounds R] [--events N] [--writers W]
+//! [--live-rate R] [--live-secs S]`
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+use mysql::{Opts, Pool, TxOpts};
+
+use outbox::consumer::{Consumer, ConsumerConfig, HandlerError, Message};
+use outbox::rocketmq::{RocketMqPublisher, RocketMqSource, SourceConfig};
+use outbox::{ClaimStrategy, Config, NewEvent, Publisher, Relay, SentRows};
+
+const SERVER: &str = "mysql://root@127.0.0.1:3306";
+const NAMESRV: &str = "127.0.0.1:9876";
+
+struct Args {
+    rounds: usize,
+    events: u64,
+    writers: usize,
+    /// The live part: orders per second, and for how long.
+    live_rate: u64,
+    live_secs: u64,
+}
+
+fn at_least_one(flag: &str, v: Option<String>) -> usize {
+    let v = v.unwrap_or_else(|| panic!("{flag} needs a value"));
+    match v.parse::<usize>() {
+        Ok(n) if n >= 1 => n,
+        _ => panic!("{flag} must be a whole number of at least 1, not {v:?}"),
+    }
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        rounds: 3,
+        events: 40_000,
+        writers: 8,
+        live_rate: 1000,
+        live_secs: 20,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--rounds" => a.rounds = at_least_one("--rounds", it.next()),
+            "--events" => a.events = at_least_one("--events", it.next()) as u64,
+            "--writers" => a.writers = at_least_one("--writers", it.next()),
+            "--live-rate" => a.live_rate = at_least_one("--live-rate", it.next()) as u64,
+            "--live-secs" => a.live_secs = at_least_one("--live-secs", it.next()) as u64,
+            "--bench" => {}
+            other => {
+                panic!("unknown argument {other:?} (--rounds R, --events N, --writers W, --live-rate R, --live-secs S)")
+            }
+        }
+    }
+    a
+}
+
+// ---------------------------------------------------------------- the server's side
+
+/// MariaDB's process id (the only `mariadbd` or `mysqld` on the machine).
+fn server_pid() -> u32 {
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if matches!(comm.trim(), "mariadbd" | "mysqld") {
+            return pid;
+        }
+    }
+    panic!("no mariadbd process found: this bench reads the server's CPU time from /proc");
+}
+
+/// The server's CPU time so far (user + system), in seconds.
+fn server_cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / ticks
+}
+
+fn global_status(c: &mut mysql::PooledConn) -> BTreeMap<String, u64> {
+    let rows: Vec<(String, String)> = c.query("SHOW GLOBAL STATUS").unwrap();
+    rows.into_iter()
+        .filter_map(|(k, v)| v.parse().ok().map(|v| (k, v)))
+        .collect()
+}
+
+fn history_length(c: &mut mysql::PooledConn) -> u64 {
+    c.query_first("SELECT `COUNT` FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'")
+        .unwrap()
+        .unwrap_or(0)
+}
+
+/// Waits until the server has done what the phase left for later: the purge of old row
+/// versions (history list back to `history0` or below a few hundred) and the flush of dirty
+/// pages (forced with `innodb_max_dirty_pages_pct = 0`, restored after).
+fn settle(c: &mut mysql::PooledConn, history0: u64) {
+    c.query_drop("SET GLOBAL innodb_max_dirty_pages_pct = 0").unwrap();
+    let started = Instant::now();
+    loop {
+        let s = global_status(c);
+        let dirty = s.get("Innodb_buffer_pool_pages_dirty").copied().unwrap_or(0);
+        let history = history_length(c);
+        if dirty < 50 && history <= history0.max(500) {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            eprintln!("  settle: still {dirty} dirty pages, history {history} after 300 s; measuring anyway");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.query_drop("SET GLOBAL innodb_max_dirty_pages_pct = 90").unwrap();
+}
+
+/// What one phase cost the server.
+#[derive(Debug, Default, Clone)]
+struct Cost {
+    units: u64,
+    cpu_s: f64,
+    status: BTreeMap<String, u64>,
+}
+
+impl Cost {
+    fn us_per_unit(&self) -> f64 {
+        self.cpu_s * 1e6 / self.units.max(1) as f64
+    }
+
+    fn per_unit(&self, key: &str) -> f64 {
+        self.status.get(key).copied().unwrap_or(0) as f64 / self.units.max(1) as f64
+    }
+
+    fn rows_written(&self) -> f64 {
+        ["Innodb_rows_inserted", "Innodb_rows_updated", "Innodb_rows_deleted"]
+            .iter()
+            .map(|k| self.per_unit(k))
+            .sum()
+    }
+
+    fn handler_writes(&self) -> f64 {
+        ["Handler_write", "Handler_update", "Handler_delete"]
+            .iter()
+            .map(|k| self.per_unit(k))
+            .sum()
+    }
+}
+
+/// Runs `work` (which reports how many units it did) and charges it the server's CPU until the
+/// server has settled what it deferred.
+fn measure(pool: &Pool, pid: u32, work: impl FnOnce() -> u64) -> Cost {
+    let mut c = pool.get_conn().unwrap();
+    let history0 = history_length(&mut c);
+    settle(&mut c, history0);
+    let s0 = global_status(&mut c);
+    let cpu0 = server_cpu(pid);
+    let units = work();
+    settle(&mut c, history0);
+    let cpu = server_cpu(pid) - cpu0;
+    let s1 = global_status(&mut c);
+    let status = s1
+        .iter()
+        .map(|(k, v)| (k.clone(), v.saturating_sub(s0.get(k).copied().unwrap_or(0))))
+        .collect();
+    Cost {
+        units,
+        cpu_s: cpu,
+        status,
+    }
+}
+
+// ---------------------------------------------------------------- fixtures
+
+struct Db {
+    name: String,
+    url: String,
+    pool: Pool,
+}
+
+impl Db {
+    fn fresh(tag: &str) -> Db {
+        let name = format!("outbox_cost_{tag}");
+        let server = Pool::new(Opts::from_url(SERVER).unwrap()).unwrap();
+        let mut c = server.get_conn().unwrap();
+        c.query_drop(format!("DROP DATABASE IF EXISTS {name}")).unwrap();
+        c.query_drop(format!("CREATE DATABASE {name}")).unwrap();
+        let url = format!("{SERVER}/{name}");
+        let pool = Pool::new(Opts::from_url(&url).unwrap()).unwrap();
+        outbox::migrate(&pool).unwrap();
+        pool.get_conn()
+            .unwrap()
+            .query_drop(
+                "CREATE TABLE t_order (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+                 order_no VARCHAR(64) NOT NULL, user_id BIGINT UNSIGNED NOT NULL, amount_cents BIGINT NOT NULL, \
+                 status VARCHAR(16) NOT NULL, created_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), \
+                 KEY idx_user (user_id)) ENGINE = InnoDB",
+            )
+            .unwrap();
+        Db { name, url, pool }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Ok(p) = Pool::new(Opts::from_url(SERVER).unwrap()) {
+            let _ = p
+                .get_conn()
+                .map(|mut c| c.query_drop(format!("DROP DATABASE IF EXISTS {}", self.name)));
+        }
+    }
+}
+
+/// `n` order transactions from `writers` connections, each with its event when `with_event`.
+fn orders(db: &Db, n: u64, writers: usize, with_event: bool, round: usize) -> u64 {
+    let per = n / writers as u64;
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let pool = db.pool.clone();
+            s.spawn(move || {
+                let mut c = pool.get_conn().unwrap();
+                for i in 0..per {
+                    let order = format!("ORD-{round}-{w}-{i}-{}", u8::from(with_event));
+                    let mut tx = c.start_transaction(TxOpts::default()).unwrap();
+                    tx.exec_drop(
+                        "INSERT INTO t_order (order_no, user_id, amount_cents, status) VALUES (?, ?, ?, 'CREATED')",
+                        (&order, i % 10_000, 1999),
+                    )
+                    .unwrap();
+                    if with_event {
+                        let payload = format!(
+                            "{{\"order\":\"{order}\",\"amount_cents\":1999,\"note\":\"{}\"}}",
+                            "x".repeat(140)
+                        );
+                        outbox::enqueue_in_tx(&mut tx, &NewEvent::new(order, "ORDER_CREATED", payload)).unwrap();
+                    }
+                    tx.commit().unwrap();
+                }
+            });
+        }
+    });
+    per * writers as u64
+}
+
+fn pending(db: &Db) -> u64 {
+    db.pool
+        .get_conn()
+        .unwrap()
+        .query_first("SELECT COUNT(*) FROM t_event_record WHERE status IN ('WAIT', 'SENDING')")
+        .unwrap()
+        .unwrap_or(0)
+}
+
+fn relay_config(db: &Db, topic: &str) -> Config {
+    let mut cfg = Config::new(&db.url);
+    cfg.topic = topic.into();
+    cfg.rocketmq.namesrv = NAMESRV.into();
+    cfg
+}
+
+fn start_relay(cfg: Config) -> Relay {
+    let publisher = std::sync::Arc::new(RocketMqPublisher::start(&cfg).unwrap());
+    Relay::builder(cfg).publisher(publisher).start().unwrap()
+}
+
+/// One relay with `strategy` and `sent_rows`, defaults otherwise, draining what is pending.
+fn drain(db: &Db, topic: &str, strategy: ClaimStrategy, sent_rows: SentRows) -> u64 {
+    let n = pending(db);
+    let mut cfg = relay_config(db, topic);
+    cfg.claim_strategy = strategy;
+    cfg.sent_rows = sent_rows;
+    let relay = start_relay(cfg);
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while relay.counters().sent < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = relay.counters().sent;
+    relay.stop(Duration::from_secs(10));
+    assert!(sent >= n, "only {sent} of {n} sent within 15 minutes");
+    sent
+}
+
+/// Creates the topic (the first send auto-creates it) so no phase pays for the route.
+fn warm(topic: &str) {
+    let mut cfg = Config::new("mysql://unused@127.0.0.1/none");
+    cfg.rocketmq.namesrv = NAMESRV.into();
+    let p = RocketMqPublisher::start(&cfg).unwrap();
+    let e = outbox::OutboundEvent {
+        id: 0,
+        key: outbox::event::new_event_key(),
+        biz_no: "WARM".into(),
+        event_type: "WARM".into(),
+        payload: b"{}".to_vec(),
+        topic: topic.into(),
+        tag: None,
+        headers: BTreeMap::new(),
+        attempt: 0,
+        created_ms: 0,
+    };
+    for _ in 0..50 {
+        if matches!(
+            p.publish(std::slice::from_ref(&e), Duration::from_secs(3)).pop(),
+            Some(outbox::SendOutcome::Sent { .. })
+        ) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("cannot send to {topic}: is the broker up (scripts/rocketmq start)?");
+}
+
+/// A consumer with the inbox, at its defaults, crediting each event with a one-row INSERT, until
+/// it has handled `n` messages; returns how many it handled.
+fn consume(db: &Db, topic: &str, n: u64) -> u64 {
+    fn credit(tx: &mut mysql::Transaction<'_>, m: &Message) -> Result<(), HandlerError> {
+        tx.exec_drop(
+            "INSERT INTO credits (biz_no, points) VALUES (?, ?)",
+            (m.biz_no().unwrap_or_default(), 10),
+        )?;
+        Ok(())
+    }
+    let group = format!("dbcost_{:08x}", rand::random::<u32>());
+    let src = RocketMqSource::start(&SourceConfig::new(NAMESRV, topic, &group)).expect("source");
+    let c = Consumer::start(
+        ConsumerConfig::new(&group),
+        db.pool.clone(),
+        std::sync::Arc::new(src),
+        std::sync::Arc::new(credit),
+    )
+    .expect("consumer");
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let s = c.stats();
+        if s.processed + s.duplicates >= n || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = c.stop();
+    s.processed + s.duplicates
+}
+
+/// Orders with their events at `rate` per second for `secs`, from `writers` connections each
+/// keeping its share of the pace; returns the orders written.
+fn paced(db: &Db, rate: u64, secs: u64, writers: usize, round: usize) -> u64 {
+    let interval = Duration::from_secs_f64(writers as f64 / rate as f64);
+    let per = rate * secs / writers as u64;
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let pool = db.pool.clone();
+            s.spawn(move || {
+                let mut c = pool.get_conn().unwrap();
+                // Writers start spread over one interval, as independent clients would.
+                let start = Instant::now() + interval.mul_f64(w as f64 / writers as f64);
+                for i in 0..per {
+                    let at = start + interval * i as u32;
+                    if let Some(wait) = at.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    let order = format!("LIVE-{round}-{w}-{i}");
+                    let mut tx = c.start_transaction(TxOpts::default()).unwrap();
+                    tx.exec_drop(
+                        "INSERT INTO t_order (order_no, user_id, amount_cents, status) VALUES (?, ?, ?, 'CREATED')",
+                        (&order, i % 10_000, 1999),
+                    )
+                    .unwrap();
+                    let payload = format!(
+                        "{{\"order\":\"{order}\",\"amount_cents\":1999,\"note\":\"{}\"}}",
+                        "x".repeat(140)
+                    );
+                    outbox::enqueue_in_tx(&mut tx, &NewEvent::new(order, "ORDER_CREATED", payload)).unwrap();
+                    tx.commit().unwrap();
+                }
+            });
+        }
+    });
+    per * writers as u64
+}
+
+/// The live part: the same paced orders with no relay, with the default relay, and with a relay
+/// that takes a round per commit. Returns (no relay, relay, relay per commit).
+fn live(a: &Args, pid: u32, topic: &str, round: usize) -> (Cost, Cost, Cost) {
+    let db = Db::fresh("live");
+    let alone = measure(&db.pool, pid, || paced(&db, a.live_rate, a.live_secs, a.writers, round));
+    // The rows the first part left are not the relay's to pay for: gone before it starts.
+    db.pool
+        .get_conn()
+        .unwrap()
+        .query_drop("TRUNCATE t_event_record")
+        .unwrap();
+    let mut with = |coalesce: Option<Duration>| {
+        let mut cfg = relay_config(&db, topic);
+        if let Some(c) = coalesce {
+            cfg.scan_coalesce = c;
+        }
+        measure(&db.pool, pid, || {
+            let relay = start_relay(cfg);
+            let n = paced(&db, a.live_rate, a.live_secs, a.writers, round);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while relay.counters().sent < n && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            relay.stop(Duration::from_secs(10));
+            n
+        })
+    };
+    let relayed = with(None);
+    let per_commit = with(Some(Duration::ZERO));
+    (alone, relayed, per_commit)
+}
+
+// ---------------------------------------------------------------- the run
+
+const STRATEGIES: &[(&str, ClaimStrategy, SentRows)] = &[
+    (
+        "held, sent rows deleted (default)",
+        ClaimStrategy::Held,
+        SentRows::Delete,
+    ),
+    ("held, sent rows kept", ClaimStrategy::Held, SentRows::Keep),
+    (
+        "skip-locked lease, sent rows deleted",
+        ClaimStrategy::SkipLocked,
+        SentRows::Delete,
+    ),
+    (
+        "skip-locked lease, sent rows kept",
+        ClaimStrategy::SkipLocked,
+        SentRows::Keep,
+    ),
+];
+
+fn main() {
+    let a = args();
+    let pid = server_pid();
+    println!(
+        "dbcost: {} rounds, {} orders per phase, {} writers; MariaDB pid {pid}",
+        a.rounds, a.events, a.writers
+    );
+    let mut plain = Vec::new();
+    let mut with_event = Vec::new();
+    let mut relay: Vec<Vec<Cost>> = vec![Vec::new(); STRATEGIES.len()];
+    let mut retention = Vec::new();
+    let mut consumed = Vec::new();
+    let mut live_parts = Vec::new();
+    for round in 0..a.rounds {
+        // A topic per round: the consumer reads what this round's relays sent.
+        let topic = format!("BENCH_dbcost_{}_{round}", std::process::id());
+        warm(&topic);
+        let db = Db::fresh("run");
+        db.pool
+            .get_conn()
+            .unwrap()
+            .query_drop(
+                "CREATE TABLE credits (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+                 biz_no VARCHAR(64) NOT NULL, points INT NOT NULL) ENGINE = InnoDB",
+            )
+            .unwrap();
+        let mut relayed = 0;
+        // Alternate which goes first, so a drift in the server's state favours neither.
+        let mut pair = |first_plain: bool| {
+            for plain_now in [first_plain, !first_plain] {
+                let c = measure(&db.pool, pid, || orders(&db, a.events, a.writers, !plain_now, round));
+                println!(
+                    "  round {round}: orders {} {:>7.1} µs per order",
+                    if plain_now { "alone     " } else { "with event" },
+                    c.us_per_unit()
+                );
+                if plain_now {
+                    plain.push(c);
+                } else {
+                    with_event.push(c);
+                }
+            }
+        };
+        pair(round % 2 == 0);
+        // Each strategy drains a fresh batch of the same events, written the library's way.
+        for (i, (name, strategy, sent_rows)) in STRATEGIES.iter().enumerate() {
+            if pending(&db) == 0 {
+                let _ = orders(&db, a.events, a.writers, true, round * 100 + i + 1);
+            }
+            let c = measure(&db.pool, pid, || drain(&db, &topic, *strategy, *sent_rows));
+            relayed += c.units;
+            println!(
+                "  round {round}: relay {name:<38} {:>7.1} µs per event",
+                c.us_per_unit()
+            );
+            relay[i].push(c);
+        }
+        // What kept rows cost later: retention deleting them.
+        let c = measure(&db.pool, pid, || {
+            outbox::admin::purge(
+                &db.pool,
+                "t_event_record",
+                Duration::ZERO,
+                1000,
+                Duration::from_secs(600),
+                |_| {},
+            )
+            .unwrap()
+        });
+        println!(
+            "  round {round}: retention of kept rows {:>7.1} µs per row",
+            c.us_per_unit()
+        );
+        retention.push(c);
+        let c = measure(&db.pool, pid, || consume(&db, &topic, relayed + 1));
+        println!(
+            "  round {round}: consumer with the inbox {:>7.1} µs per event",
+            c.us_per_unit()
+        );
+        consumed.push(c);
+        let parts = live(&a, pid, &topic, round);
+        println!(
+            "  round {round}: live at {}/s: orders {:.1}, with a relay {:.1}, a round per commit {:.1} µs per order",
+            a.live_rate,
+            parts.0.us_per_unit(),
+            parts.1.us_per_unit(),
+            parts.2.us_per_unit()
+        );
+        live_parts.push(parts);
+    }
+    report(&plain, &with_event, &relay, &retention, &consumed);
+    report_live(&a, &plain, &live_parts);
+}
+
+/// The median of the rounds' figures.
+fn median(costs: &[Cost], f: impl Fn(&Cost) -> f64) -> f64 {
+    let mut v: Vec<f64> = costs.iter().map(f).collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn report(plain: &[Cost], with_event: &[Cost], relay: &[Vec<Cost>], retention: &[Cost], consumed: &[Cost]) {
+    let order = median(plain, Cost::us_per_unit);
+    let enqueue = median(with_event, Cost::us_per_unit) - order;
+    println!();
+    println!(
+        "MariaDB CPU per order or event (median of {} rounds), and what it wrote per unit",
+        plain.len()
+    );
+    println!(
+        "| phase | µs per unit | of an order | rows written | handler writes | rounds (µs) |\n|---|---:|---:|---:|---:|---|"
+    );
+    let line = |name: &str, us: f64, costs: &[Cost]| {
+        println!(
+            "| {name} | {us:.1} | {:.2} | {:.2} | {:.2} | {} |",
+            us / order,
+            median(costs, Cost::rows_written),
+            median(costs, Cost::handler_writes),
+            costs
+                .iter()
+                .map(|c| format!("{:.1}", c.us_per_unit()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    line("order transaction alone (one order row, COMMIT)", order, plain);
+    line(
+        "the same with its event (the library's INSERT)",
+        median(with_event, Cost::us_per_unit),
+        with_event,
+    );
+    println!(
+        "| the enqueue's addition | {enqueue:.1} | {:.2} | | | |",
+        enqueue / order
+    );
+    for ((name, _, _), costs) in STRATEGIES.iter().zip(relay) {
+        line(&format!("relay: {name}"), median(costs, Cost::us_per_unit), costs);
+    }
+    line(
+        "retention deleting kept rows, per row",
+        median(retention, Cost::us_per_unit),
+        retention,
+    );
+    line(
+        "consumer with the inbox, per event (defaults, a one-row handler)",
+        median(consumed, Cost::us_per_unit),
+        consumed,
+    );
+}
+
+fn report_live(a: &Args, plain: &[Cost], parts: &[(Cost, Cost, Cost)]) {
+    let order = median(plain, Cost::us_per_unit);
+    let alone: Vec<Cost> = parts.iter().map(|p| p.0.clone()).collect();
+    let base = median(&alone, Cost::us_per_unit);
+    println!();
+    println!(
+        "Live: {} orders/s with their events for {} s ({} writers); the relay's share is the difference",
+        a.live_rate, a.live_secs, a.writers
+    );
+    println!(
+        "| phase | µs per order | relay per event | of a (saturated) order | rounds (µs) |\n|---|---:|---:|---:|---|"
+    );
+    let line = |name: &str, costs: Vec<Cost>| {
+        let us = median(&costs, Cost::us_per_unit);
+        let relay = if name.starts_with("orders") {
+            String::new()
+        } else {
+            format!("{:.1}", us - base)
+        };
+        let share = if name.starts_with("orders") {
+            String::new()
+        } else {
+            format!("{:.2}", (us - base) / order)
+        };
+        println!(
+            "| {name} | {us:.1} | {relay} | {share} | {} |",
+            costs
+                .iter()
+                .map(|c| format!("{:.1}", c.us_per_unit()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    line("orders with events, no relay", alone);
+    line("with the relay (defaults)", parts.iter().map(|p| p.1.clone()).collect());
+    line(
+        "with a relay taking a round per commit (scan.coalesce.ms = 0)",
+        parts.iter().map(|p| p.2.clone()).collect(),
+    );
+}
