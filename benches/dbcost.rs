@@ -11,8 +11,9 @@
 //!
 //! Each phase ends only when the server has done the work it deferred: the purge of deleted row
 //! versions (history list length back to where it was) and the flush of the pages the phase
-//! dirtied, so a phase pays for its own writes. Rows and index entries written come from
-//! `SHOW GLOBAL STATUS` (`Innodb_rows_*`, `Handler_*`).
+//! dirtied, so a phase pays for its own writes. What it wrote comes from `SHOW GLOBAL STATUS`:
+//! rows (`Handler_write`, `_update`, `_delete`), pages modified (each row and index entry
+//! written touches one: `Innodb_buffer_pool_write_requests`), redo bytes, statements.
 //!
 //! `cargo bench --features rocketmq --bench dbcost [-- --rounds R] [--events N] [--writers W]
 //! [--live-rate R] [--live-secs S]`
@@ -150,18 +151,28 @@ impl Cost {
         self.status.get(key).copied().unwrap_or(0) as f64 / self.units.max(1) as f64
     }
 
+    /// Rows inserted, updated and deleted (`Handler_write`, `_update`, `_delete`).
     fn rows_written(&self) -> f64 {
-        ["Innodb_rows_inserted", "Innodb_rows_updated", "Innodb_rows_deleted"]
+        ["Handler_write", "Handler_update", "Handler_delete"]
             .iter()
             .map(|k| self.per_unit(k))
             .sum()
     }
 
-    fn handler_writes(&self) -> f64 {
-        ["Handler_write", "Handler_update", "Handler_delete"]
-            .iter()
-            .map(|k| self.per_unit(k))
-            .sum()
+    /// Pages modified in the buffer pool (`Innodb_buffer_pool_write_requests`): every row and
+    /// index entry written touches one.
+    fn page_writes(&self) -> f64 {
+        self.per_unit("Innodb_buffer_pool_write_requests")
+    }
+
+    /// Redo log bytes (`Innodb_os_log_written`).
+    fn redo_bytes(&self) -> f64 {
+        self.per_unit("Innodb_os_log_written")
+    }
+
+    /// Statements the server ran (`Questions`).
+    fn statements(&self) -> f64 {
+        self.per_unit("Questions")
     }
 }
 
@@ -174,9 +185,10 @@ fn measure(pool: &Pool, pid: u32, work: impl FnOnce() -> u64) -> Cost {
     let s0 = global_status(&mut c);
     let cpu0 = server_cpu(pid);
     let units = work();
+    // What the work wrote, before the settle's own polling statements.
+    let s1 = global_status(&mut c);
     settle(&mut c, history0);
     let cpu = server_cpu(pid) - cpu0;
-    let s1 = global_status(&mut c);
     let status = s1
         .iter()
         .map(|(k, v)| (k.clone(), v.saturating_sub(s0.get(k).copied().unwrap_or(0))))
@@ -406,7 +418,7 @@ fn live(a: &Args, pid: u32, topic: &str, round: usize) -> (Cost, Cost, Cost) {
         .unwrap()
         .query_drop("TRUNCATE t_event_record")
         .unwrap();
-    let mut with = |coalesce: Option<Duration>| {
+    let with = |coalesce: Option<Duration>| {
         let mut cfg = relay_config(&db, topic);
         if let Some(c) = coalesce {
             cfg.scan_coalesce = c;
@@ -558,14 +570,16 @@ fn report(plain: &[Cost], with_event: &[Cost], relay: &[Vec<Cost>], retention: &
         plain.len()
     );
     println!(
-        "| phase | µs per unit | of an order | rows written | handler writes | rounds (µs) |\n|---|---:|---:|---:|---:|---|"
+        "| phase | µs per unit | of an order | rows written | page writes | redo bytes | statements | rounds (µs) |\n|---|---:|---:|---:|---:|---:|---:|---|"
     );
     let line = |name: &str, us: f64, costs: &[Cost]| {
         println!(
-            "| {name} | {us:.1} | {:.2} | {:.2} | {:.2} | {} |",
+            "| {name} | {us:.1} | {:.2} | {:.2} | {:.1} | {:.0} | {:.3} | {} |",
             us / order,
             median(costs, Cost::rows_written),
-            median(costs, Cost::handler_writes),
+            median(costs, Cost::page_writes),
+            median(costs, Cost::redo_bytes),
+            median(costs, Cost::statements),
             costs
                 .iter()
                 .map(|c| format!("{:.1}", c.us_per_unit()))
