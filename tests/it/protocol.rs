@@ -396,6 +396,77 @@ fn a_row_that_keeps_killing_its_sender_ends_fail_through_reclaims() {
 }
 
 #[test]
+fn a_row_that_keeps_killing_its_held_round_ends_fail_through_recoveries() {
+    let db = TestDb::new("poison_held");
+    let id = db.seed(1)[0];
+    let mut cfg = db.config();
+    cfg.max_retry = 3;
+    let s = store(&cfg, "doomed-2-000000");
+    let mut dead = Vec::new();
+    for round in 0..=3 {
+        // The round claims and dies before recording: its transaction rolls back, the row is
+        // WAIT and claimable again at once, and only its journal row tells what happened.
+        let (c, claim) = s.claim_held(1, None).unwrap();
+        assert_eq!(c.claimed.len(), 1, "round {round}");
+        drop(claim);
+        assert_eq!(db.rows()[0].1, "WAIT");
+        let r = s.recover_lost_claims(Duration::ZERO, 10).unwrap();
+        assert_eq!((r.rounds, r.events), (1, 1), "round {round}");
+        if round < 3 {
+            assert_eq!((r.returned, r.dead.len()), (1, 0), "round {round}");
+        } else {
+            dead = r.dead;
+        }
+    }
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].id, dead[0].retry_count), (id, 4));
+    let rows = db.rows();
+    assert_eq!((rows[0].1.as_str(), rows[0].2), ("FAIL", 4));
+    let audits: u64 = db
+        .conn()
+        .exec_first(
+            "SELECT COUNT(*) FROM outbox_audit WHERE event_id = ? AND action = 'claim-lost' AND actor = 'doomed-2-000000'",
+            (id,),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(audits, 4);
+    let (c, claim) = s.claim_held(1, None).unwrap();
+    assert!(c.claimed.is_empty() && claim.is_none());
+}
+
+#[test]
+fn a_live_held_round_is_not_taken_for_a_lost_one() {
+    let db = TestDb::new("held_live");
+    db.seed(3);
+    let cfg = db.config();
+    let s = store(&cfg, "alive-1-000000");
+    let (c, claim) = s.claim_held(10, None).unwrap();
+    assert_eq!(c.claimed.len(), 3);
+    // The round's transaction holds its journal row: a recovery, however late, skips it.
+    let r = s.recover_lost_claims(Duration::ZERO, 10).unwrap();
+    assert_eq!(r, outbox::store::Recovered::default());
+    // Another claimer skips the locked rows.
+    let other = store(&cfg, "other-1-000000");
+    let (c2, claim2) = other.claim_held(10, None).unwrap();
+    assert!(c2.claimed.is_empty() && claim2.is_none());
+    let o = outbox::store::Outcomes {
+        sent: c.claimed.iter().map(|x| (x.event.id, None, 0)).collect(),
+        ..Default::default()
+    };
+    let done = s.settle_held(claim.unwrap(), &o).unwrap();
+    // Test configs keep sent rows: SUCCESS, stamped with the round's owner and token.
+    assert_eq!(done.succeeded, 3);
+    assert_eq!(db.count("SUCCESS"), 3);
+    let journal: u64 = db
+        .conn()
+        .query_first("SELECT COUNT(*) FROM outbox_claim")
+        .unwrap()
+        .unwrap();
+    assert_eq!(journal, 0);
+}
+
+#[test]
 fn insert_statement_is_the_one_the_bindings_use() {
     let db = TestDb::new("insert");
     let sql = outbox::insert_statement("t_event_record").unwrap();

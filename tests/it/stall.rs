@@ -167,3 +167,48 @@ fn a_revoked_update_right_stalls_the_relay_until_it_is_granted_again() {
     assert!(relay.health().0);
     relay.stop(Duration::from_secs(5));
 }
+
+#[test]
+fn a_refused_delete_keeps_sent_rows_as_success_and_the_relay_goes_on() {
+    let db = TestDb::new("nodelete");
+    let user = TableUser {
+        admin: db.pool.clone(),
+        name: format!("nodel{:08x}", rand::random::<u32>()),
+    };
+    let mut admin = db.conn();
+    admin
+        .query_drop(format!("CREATE USER '{}'@'%' IDENTIFIED BY 'pw'", user.name))
+        .unwrap();
+    // Everything a held relay needs, but no DELETE on the outbox table.
+    for (table, rights) in [
+        ("t_event_record", "SELECT, INSERT, UPDATE"),
+        ("outbox_claim", "SELECT, INSERT, UPDATE, DELETE"),
+        ("outbox_audit", "SELECT, INSERT"),
+        ("outbox_control", "SELECT"),
+    ] {
+        admin
+            .query_drop(format!("GRANT {rights} ON {}.{table} TO '{}'@'%'", db.name, user.name))
+            .unwrap();
+    }
+    let mut cfg = db.config();
+    cfg.db_url = format!(
+        "{}/{}",
+        crate::support::server_url().replacen("mysql://root@", &format!("mysql://{}:pw@", user.name), 1),
+        db.name
+    );
+    cfg.claim_strategy = outbox::ClaimStrategy::Held;
+    cfg.sent_rows = outbox::SentRows::Delete;
+    cfg.instance_id = Some("nodelete-1".into());
+    let rec = Recorder::new();
+    let relay = Relay::start(cfg, rec.clone()).unwrap();
+    let ids = db.seed(6);
+    assert!(
+        wait_until(LONG, || db.count("SUCCESS") == ids.len() as u64),
+        "sent rows kept once the DELETE is refused: {:?}",
+        db.rows()
+    );
+    assert_eq!(rec.total_sent(), ids.len());
+    assert_eq!(relay.counters().sent, ids.len() as u64);
+    assert_eq!(relay.stalled(), None);
+    relay.stop(Duration::from_secs(5));
+}
