@@ -192,12 +192,11 @@ impl Store {
         }
         let Scanned { events, last, new_keys } = self.events_from_rows(rows);
         if !new_keys.is_empty() {
+            let keys = key_assignments(events.iter().map(|(e, _)| e), &new_keys, |_| true);
             claim.conn().query_drop(format!(
                 "UPDATE {t} FORCE INDEX (PRIMARY) SET {keys} WHERE id IN ({ids})",
                 t = self.table,
-                keys = key_assignments(events.iter().map(|(e, _)| e), &new_keys, |_| true)
-                    .trim_start_matches(", ")
-                    .to_string(),
+                keys = keys.trim_start_matches(", "),
                 ids = id_list(new_keys.iter().copied()),
             ))?;
         }
