@@ -4,13 +4,14 @@
 //! Default mode (`--events 100000 --instances 3 --kills 20`): creates its own database and
 //! topic, starts K `outboxd run` processes, writers commit events concurrently (some
 //! transactions rolled back on purpose), and meanwhile a random instance is SIGKILLed at random
-//! moments (and restarted), the broker is SIGKILLed and restarted once, and MariaDB is restarted
-//! once, not before the broker is back (`--no-db-restart` skips that). Then it waits until every
-//! committed row is SUCCESS, reads the topic back and checks: nothing lost, nothing rolled back
-//! delivered, no FAIL row, and duplicates bounded by the rows that were in flight at the faults:
-//! SENDING rows under a lease, and under held claims the WAIT rows a round has locked, named by
-//! its journal row in `outbox_claim`. Every duplicated event is explained, row by row: copies <=
-//! 1 + retry_count + its claim-lost audits (a held round that ended without recording its sends).
+//! moments (and restarted), MariaDB is restarted once, at a moment rows are in flight if one
+//! comes within 2 s (`--no-db-restart` skips that), and the broker is SIGKILLed and restarted
+//! once. Then it waits until every committed row is SUCCESS, reads the topic back and checks:
+//! nothing lost, nothing rolled back delivered, no FAIL row, and duplicates bounded by the rows
+//! that were in flight at the faults: SENDING rows under a lease, and under held claims the WAIT
+//! rows a round has locked, named by its journal row in `outbox_claim`. Every duplicated event is
+//! explained, row by row: copies <= 1 + retry_count + its claim-lost audits (a held round that
+//! ended without recording its sends).
 //!
 //! The relays run with `claim.strategy` = `--strategy` (held, the default, unless told) and
 //! `sent.rows = keep`: the harness reads every outcome from the table.
@@ -54,6 +55,9 @@ mod points;
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const MARIADBD: &str = "/usr/sbin/mariadbd";
+
+/// How long the MariaDB restart may wait for a moment with rows in flight.
+const DB_WAITS_FOR_ROUND: Duration = Duration::from_secs(2);
 
 /// The outbox table the relays work on (the default `table`).
 const TABLE: &str = "t_event_record";
@@ -622,7 +626,7 @@ fn tail(path: &Path, n: usize) -> String {
 }
 
 /// Figures an instance logged over its life (log lines of the relay and of outboxd).
-#[derive(Default, Debug, Clone, Copy)]
+#[derive(Default, Debug, Clone)]
 struct LogFigures {
     reclaimed: u64,
     stale_acks: u64,
@@ -638,6 +642,8 @@ struct LogFigures {
     /// Held rounds of this instance whose settle failed, and the sends they had made.
     unrecorded_rounds: u64,
     unrecorded_sends: u64,
+    /// Their tokens (a round's token is the claim_token of the rows it records).
+    unrecorded_tokens: Vec<u64>,
 }
 
 fn log_figures(path: &Path) -> LogFigures {
@@ -679,6 +685,9 @@ fn log_figures(path: &Path) -> LogFigures {
         if line.contains("could not record its sends") {
             // "held round {token} could not record its sends ({e}): ... claimable again and the {sent} sent among them ..."
             f.unrecorded_rounds += 1;
+            if let Some(i) = line.find("held round ") {
+                f.unrecorded_tokens.push(first_number(&line[i + "held round ".len()..]));
+            }
             if let Some(i) = line.find("claimable again and the ") {
                 f.unrecorded_sends += first_number(&line[i + "claimable again and the ".len()..]);
             }
@@ -971,8 +980,10 @@ fn fault_run(args: &Args) -> Res<bool> {
     let mut rng = rand::rng();
     let gap = Duration::from_millis(args.kill_gap_ms);
     let span = gap * args.kills.max(3) as u32;
-    // The plan: kills at random moments (gaps 0.5..1.5 x the mean), the broker at ~35 %, the
-    // database at ~65 % of the span (or once the broker is back); writers spread over the span.
+    // The plan: kills at random moments (gaps 0.5..1.5 x the mean), the database at ~25 %, the
+    // broker at ~55 % of the span; writers spread over the span. The database first: its restart
+    // should find the relays sending, and the broker's outage lasts long (in the short form, to
+    // the end of the span), the relays' breakers open and nothing in flight.
     let mut plan: Vec<(Duration, Planned)> = Vec::new();
     let mut t = Duration::from_millis(1500);
     for _ in 0..args.kills {
@@ -981,10 +992,10 @@ fn fault_run(args: &Args) -> Res<bool> {
     }
     let span = span.max(t);
     if args.broker_kill {
-        plan.push((span.mul_f64(0.35), Planned::Broker));
+        plan.push((span.mul_f64(0.55), Planned::Broker));
     }
     if args.db_restart {
-        plan.push((span.mul_f64(0.65), Planned::Db));
+        plan.push((span.mul_f64(0.25), Planned::Db));
     }
     plan.sort_by_key(|(t, _)| *t);
     plan.reverse(); // pop from the end
@@ -1038,15 +1049,7 @@ fn fault_run(args: &Args) -> Res<bool> {
             }
         }
         // The next fault, when due.
-        let due = plan.last().is_some_and(|(at, _)| run_start.elapsed() >= *at);
-        if due && broker_back.is_some() && matches!(plan.last(), Some((_, Planned::Db))) {
-            // Not while the broker is down: the relays' breakers are open, nothing is in flight
-            // and the restart would catch no round (no settle failing, no claim lost). Once the
-            // broker is back, the backlog is being sent.
-            let (_, db) = plan.pop().unwrap();
-            plan.push((run_start.elapsed() + Duration::from_millis(250), db));
-            plan.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
-        } else if due {
+        if plan.last().is_some_and(|(at, _)| run_start.elapsed() >= *at) {
             let (_, what) = plan.pop().unwrap();
             // A fault that ran late (a restart took long) does not bunch the next kills up.
             let earliest = run_start.elapsed() + min_gap;
@@ -1123,7 +1126,14 @@ fn fault_run(args: &Args) -> Res<bool> {
                     }));
                 }
                 Planned::Db => {
+                    // A moment with rows in flight, if one comes soon: a restart between two
+                    // rounds would catch none (no settle failing, no round lost).
                     let mut ids = env.in_flight(None).unwrap_or_default();
+                    let until = Instant::now() + DB_WAITS_FOR_ROUND;
+                    while ids.is_empty() && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(5));
+                        ids = env.in_flight(None).unwrap_or_default();
+                    }
                     let in_flight_global = ids.len() as u64;
                     let db_now: Option<String> = env
                         .conn()
@@ -1343,6 +1353,17 @@ fn fault_run(args: &Args) -> Res<bool> {
         })
         .collect();
     let dup_claim_lost = dup_ids.iter().filter(|(id, _)| claim_lost.contains_key(id)).count();
+    // Rows recorded by a held round whose settle reported a failure (it logs that they will be
+    // sent again): its COMMIT was applied though its answer was lost with the connection.
+    let unrecorded_tokens: Vec<String> = logs
+        .iter()
+        .flat_map(|f| f.unrecorded_tokens.iter().map(|t| t.to_string()))
+        .collect();
+    let recorded_anyway = if unrecorded_tokens.is_empty() {
+        0
+    } else {
+        env.count(&format!("claim_token IN ({})", unrecorded_tokens.join(",")))?
+    };
 
     let kills = faults
         .iter()
@@ -1416,7 +1437,8 @@ fn fault_run(args: &Args) -> Res<bool> {
         sum(|f| f.db_errors)
     );
     println!(
-        "  held rounds (logs)   lost and recovered {} ({} events audited claim-lost) | settles that failed {} ({} sends among them)",
+        "  held rounds (logs)   lost and recovered {} ({} events audited claim-lost) | settles that failed {} ({} sends among them; \
+         {recorded_anyway} rows recorded by them all the same: the COMMIT applied, its answer lost)",
         sum(|f| f.lost_rounds),
         sum(|f| f.claim_lost),
         sum(|f| f.unrecorded_rounds),
@@ -1431,13 +1453,14 @@ fn fault_run(args: &Args) -> Res<bool> {
             .unwrap_or_else(|| "never".into())
     );
     println!(
-        "strategy={} committed={committed} delivered={delivered} lost={lost} rolled_back_delivered={rb_delivered} fail_rows={} duplicates={duplicates} dup_bound={bound} kills={kills} broker_kills={} db_restarts={} reclaimed={} lost_rounds={} claim_lost_audits={claim_lost_audits} max_retry_count={max_retry_count} unexpected={unexpected} mismatched={mismatched}",
+        "strategy={} committed={committed} delivered={delivered} lost={lost} rolled_back_delivered={rb_delivered} fail_rows={} duplicates={duplicates} dup_bound={bound} kills={kills} broker_kills={} db_restarts={} reclaimed={} lost_rounds={} claim_lost_audits={claim_lost_audits} failed_settles={} recorded_anyway={recorded_anyway} max_retry_count={max_retry_count} unexpected={unexpected} mismatched={mismatched}",
         args.strategy,
         st("FAIL"),
         faults.iter().filter(|f| matches!(f.kind, FaultKind::Broker)).count(),
         faults.iter().filter(|f| matches!(f.kind, FaultKind::Db)).count(),
         sum(|f| f.reclaimed),
         sum(|f| f.lost_rounds),
+        sum(|f| f.unrecorded_rounds),
     );
 
     let mut violations = Vec::new();
