@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 
 use super::hooks::Delivery;
 use super::shared::{dead_lettered, Inner};
-use crate::stats::Counters;
+use crate::stats::{Counters, Loud};
 use crate::store::{DeadLetter, HeldClaim, Outcomes};
 
 pub(super) struct HeldRound {
@@ -78,7 +78,19 @@ impl HeldRound {
         let g = std::mem::take(&mut *self.gathered.lock());
         inner.held_rounds.fetch_sub(1, SeqCst);
         let _ = inner.capacity_tx.try_send(());
-        match inner.store.settle_held(claim, &g.outcomes) {
+        let settled = inner.store.settle_held(claim, &g.outcomes).or_else(|e| {
+            // The connection may have dropped after the server applied the COMMIT.
+            match inner.store.held_round_committed(token) {
+                Ok(true) => {
+                    log::info!(
+                        "held round {token}: recording its sends reported an error ({e}), but the round committed"
+                    );
+                    Ok(g.outcomes.as_settled())
+                }
+                _ => Err(e),
+            }
+        });
+        match settled {
             Ok(done) => {
                 inner.counters.writes.succeeded();
                 Counters::add(&inner.counters.sent, done.deleted + done.succeeded);
@@ -113,10 +125,16 @@ impl HeldRound {
                 let sent = g.outcomes.sent.len() as u64;
                 Counters::add(&inner.counters.db_errors, 1);
                 Counters::add(&inner.counters.possible_duplicates, sent);
-                inner
+                // The streak's first line would say "retrying": the round is not (its rows are
+                // claimable again); the WARN below says what happens. Repeats go on as ERRORs.
+                match inner
                     .counters
                     .writes
-                    .failed(&format_args!("settling held round {token}: {e}"));
+                    .failed_at(Instant::now(), &format_args!("settling held round {token}: {e}"))
+                {
+                    Loud::Warn(_) => {}
+                    loud => loud.log(),
+                }
                 log::warn!(
                     "held round {token} could not record its sends ({e}): its rows are claimable again and \
                      the {sent} sent among them will be sent again (counted as possible duplicates, audited as claim-lost)"

@@ -156,6 +156,21 @@ pub fn decode_ids(text: &str) -> Option<Vec<EventId>> {
     Some(ids)
 }
 
+impl Outcomes {
+    /// What a settle of these outcomes wrote, had every row still been pending: for a round
+    /// that committed though its connection reported an error (sent rows all counted as
+    /// `succeeded`: which were deleted is not known).
+    pub fn as_settled(&self) -> Settled {
+        Settled {
+            deleted: 0,
+            succeeded: self.sent.len() as u64,
+            retried: self.retry.len() as u64,
+            failed: self.fail.len() as u64,
+            parked: self.parked.len() as u64,
+        }
+    }
+}
+
 impl Store {
     /// A connection for a held round: from the held pool (its sessions' `wait_timeout` is the
     /// lease), or from the main pool with the timeout set for the round.
@@ -302,6 +317,27 @@ impl Store {
         )?;
         claim.end("COMMIT")?;
         Ok(done)
+    }
+
+    /// After [`Store::settle_held`] failed: whether the round's COMMIT was applied all the same
+    /// (the connection dropped after the server committed). The round deleted its journal row
+    /// in its own transaction, so the row is gone if and only if that transaction committed, or
+    /// a recovery took the round for lost, which it audits under the round's token.
+    pub fn held_round_committed(&self, token: u64) -> Result<bool> {
+        let mut conn = self.conn()?;
+        let journal: Option<u64> =
+            conn.query_first(format!("SELECT COUNT(*) FROM outbox_claim WHERE token = {token}"))?;
+        if journal.unwrap_or(0) > 0 {
+            return Ok(false);
+        }
+        let recovered: Option<u64> = conn.query_first(format!(
+            "SELECT COUNT(*) FROM outbox_audit WHERE table_name = {t} AND action = 'claim-lost' \
+             AND actor = {o} AND detail LIKE {pattern}",
+            t = lit(&self.table),
+            o = lit(&self.owner),
+            pattern = lit(&format!("held round {token} %")),
+        ))?;
+        Ok(recovered.unwrap_or(0) == 0)
     }
 
     /// Sent rows kept: SUCCESS, stamped with this round's owner and token.

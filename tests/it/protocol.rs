@@ -412,6 +412,8 @@ fn a_row_that_keeps_killing_its_held_round_ends_fail_through_recoveries() {
         assert_eq!(db.rows()[0].1, "WAIT");
         let r = s.recover_lost_claims(Duration::ZERO, 10).unwrap();
         assert_eq!((r.rounds, r.events), (1, 1), "round {round}");
+        // Its relay, asking after an error, learns that the round did not commit.
+        assert!(!s.held_round_committed(c.claimed[0].token).unwrap());
         if round < 3 {
             assert_eq!((r.returned, r.dead.len()), (1, 0), "round {round}");
         } else {
@@ -443,6 +445,8 @@ fn a_live_held_round_is_not_taken_for_a_lost_one() {
     let s = store(&cfg, "alive-1-000000");
     let (c, claim) = s.claim_held(10, None).unwrap();
     assert_eq!(c.claimed.len(), 3);
+    let token = c.claimed[0].token;
+    assert!(!s.held_round_committed(token).unwrap(), "open, not committed");
     // The round's transaction holds its journal row: a recovery, however late, skips it.
     let r = s.recover_lost_claims(Duration::ZERO, 10).unwrap();
     assert_eq!(r, outbox::store::Recovered::default());
@@ -464,6 +468,8 @@ fn a_live_held_round_is_not_taken_for_a_lost_one() {
         .unwrap()
         .unwrap();
     assert_eq!(journal, 0);
+    // What a relay whose connection dropped after the COMMIT learns when it asks.
+    assert!(s.held_round_committed(token).unwrap());
 }
 
 #[test]
