@@ -2,7 +2,8 @@
 //! publishing them to RocketMQ, and a points service consuming them with the inbox, crediting
 //! points in another schema of the same MariaDB server. On this machine's MariaDB and broker.
 //!
-//! `cargo bench --features rocketmq --bench pipeline [-- --events N] [--secs S] [--rounds N] [--writers N] [--only PART]`
+//! `cargo bench --features rocketmq --bench pipeline [-- --events N] [--secs S] [--rounds N] [--writers N] [--only PART]
+//! [--set key=value ...]` (`--set`: a relay setting, as in `outbox.toml`)
 //!
 //! Parts (all by default, in this order; `--only` takes `rates`, `latency`, `sustained`):
 //! - **rates**: one topic filled by the relay's unordered drain of N seeded events (default
@@ -133,10 +134,16 @@ impl Drop for Dbs {
     }
 }
 
+/// `--set key=value` settings, applied to every relay's configuration after the bench's own.
+static RELAY_SETTINGS: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
 fn relay_config(dbs: &Dbs, topic: &str) -> Config {
     let mut c = Config::new(&dbs.orders_url);
     c.topic = topic.into();
     c.rocketmq.namesrv = NAMESRV.into();
+    for (k, v) in RELAY_SETTINGS.get().into_iter().flatten() {
+        c.set(k, v).unwrap_or_else(|e| panic!("--set {k}={v}: {e}"));
+    }
     c
 }
 
@@ -596,6 +603,7 @@ fn at_least_one(v: Option<String>, usage: &str) -> usize {
 fn main() {
     let (mut n, mut secs, mut rounds, mut only) = (400_000u64, 20u64, 3u32, Vec::<String>::new());
     let mut writers = SUSTAINED_WRITERS;
+    let mut settings = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -604,15 +612,21 @@ fn main() {
             "--rounds" => rounds = at_least_one(args.next(), "--rounds N (1 or more)") as u32,
             "--writers" => writers = at_least_one(args.next(), "--writers N (1 or more)"),
             "--only" => only.push(args.next().expect("--only rates|latency|sustained")),
+            "--set" => {
+                let kv = args.next().unwrap_or_default();
+                let (k, v) = kv.split_once('=').expect("--set key=value (a relay setting)");
+                settings.push((k.to_string(), v.to_string()));
+            }
             "--bench" => {}
             other => {
                 eprintln!(
-                    "pipeline bench: unknown argument {other:?} (--events N, --secs S, --rounds N, --writers N, --only rates|latency|sustained)"
+                    "pipeline bench: unknown argument {other:?} (--events N, --secs S, --rounds N, --writers N, --only rates|latency|sustained, --set key=value)"
                 );
                 std::process::exit(2);
             }
         }
     }
+    RELAY_SETTINGS.set(settings).expect("set once");
     let part = |p: &str| only.is_empty() || only.iter().any(|o| o == p);
     if part("rates") {
         rates(n, rounds);

@@ -347,6 +347,11 @@ fn drain_with(name: &str, tag: &str, n: u64, instances: usize, tune: impl Fn(&mu
 /// evenly (key = row number modulo keys, interleaved as concurrent orders would be), else each
 /// row picks a key at random (about n / keys per key, some more, some fewer).
 fn drain_ordered(name: &str, tag: &str, n: u64, keys: u64, hot: bool) -> Row {
+    drain_ordered_with(name, tag, n, keys, hot, outbox::SentRows::Delete)
+}
+
+/// [`drain_ordered`] with `sent.rows` given (the default deletes sent rows).
+fn drain_ordered_with(name: &str, tag: &str, n: u64, keys: u64, hot: bool, sent_rows: outbox::SentRows) -> Row {
     let key_sql = if hot {
         format!("CONCAT('KEY-', seq % {keys})")
     } else {
@@ -357,7 +362,10 @@ fn drain_ordered(name: &str, tag: &str, n: u64, keys: u64, hot: bool) -> Row {
         tag,
         n,
         1,
-        |c| c.ordering = outbox::config::Ordering::PerBizNo,
+        |c| {
+            c.ordering = outbox::config::Ordering::PerBizNo;
+            c.sent_rows = sent_rows;
+        },
         true,
         |db| db.seed_keyed(n, "WAIT", &key_sql),
     );
@@ -1036,8 +1044,8 @@ fn main() {
         let defaults = Config::default();
         run(drain(
             &format!(
-                "defaults (skip-locked, batch {}, {} workers)",
-                defaults.batch_size, defaults.workers
+                "defaults ({:?}, batch {}, {} workers)",
+                defaults.claim_strategy, defaults.batch_size, defaults.workers
             ),
             "defaults",
             n,
@@ -1050,6 +1058,14 @@ fn main() {
             n,
             20,
             true,
+        ));
+        run(drain_ordered_with(
+            &format!("ordered: 20 hot keys x {}, sent rows kept", n / 20),
+            "ord_hot_keep",
+            n,
+            20,
+            true,
+            outbox::SentRows::Keep,
         ));
         let many = if quick { 50_000 } else { 100_000 };
         run(drain_ordered(
@@ -1088,7 +1104,7 @@ fn main() {
             );
         }
         let eps = |name: &str| rows.iter().find(|r| r.name.starts_with(name)).map(|r| r.eps);
-        if let Some(unordered) = eps("defaults (skip-locked") {
+        if let Some(unordered) = eps("defaults (") {
             for r in rows.iter().filter(|r| r.group == "ordered") {
                 println!(
                     "  {:<40} = {:>4.0}% of the unordered drain",
@@ -1215,7 +1231,7 @@ fn main() {
         println!("  {size:>10} SUCCESS rows in the table: {reads:>5} rows read, plan {plan}");
     }
     let by = |name: &str| rows.iter().find(|r| r.name.starts_with(name)).map(|r| r.eps);
-    if let Some(relay) = by("defaults (skip-locked") {
+    if let Some(relay) = by("defaults (") {
         let best = rows
             .iter()
             .filter(|r| r.group == "drain")

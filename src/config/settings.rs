@@ -129,10 +129,9 @@ settings! {
     "scan.coalesce.ms" {
         field: scan_coalesce,
         kind: Millis(0, 1000),
-        default: "10",
-        seed: "0",
+        default: "0",
         read_by: Relay,
-        doc: "least time between the starts of two claim rounds woken by commits: at live rates each round then takes the commits of that span together (0: a round per wake-up)",
+        doc: "least time between the starts of two claim rounds woken by commits, so that each round takes the commits of that span together (0: a round per wake-up; at 1 000 orders/s, 10 ms saved the database nothing measurable)",
     }
     "reclaim.interval.ms" {
         field: reclaim_interval,
