@@ -54,6 +54,7 @@ const BAD_VALUES: &[(&str, &[&str])] = &[
     ("sent.rows", &["", "drop", "DELETE", "kept"]),
     ("batch.size", &["0", "10001", "-5", "ten", "1e3"]),
     ("scan.interval.ms", &["0", "3600001", "soon", "1s", "-1"]),
+    ("scan.coalesce.ms", &["", "-1", "1001", "soon", "5 ms"]),
     ("scan.drain", &["", "maybe", "2", "truthy"]),
     ("reclaim.interval.ms", &["9", "3600001", "x", "60s"]),
     ("lease.ms", &["99", "86400001", "2m", "-120000"]),
