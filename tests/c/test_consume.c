@@ -135,6 +135,8 @@ static void test_consumer_credits_each_order_once_in_its_transaction(void) {
   CHECK_OK(outbox_conf_set(c, "rocketmq.namesrv", "127.0.0.1:9876", err, sizeof err));
   CHECK_OK(outbox_conf_set(c, "topic", topic, err, sizeof err));
   CHECK_OK(outbox_conf_set(c, "send.timeout.ms", "10000", err, sizeof err));
+  /* The sent rows stay, for the credits to be joined to them by their event keys. */
+  CHECK_OK(outbox_conf_set(c, "sent.rows", "keep", err, sizeof err));
   /* One message per transaction: this test counts every call of the handler. */
   CHECK_OK(outbox_conf_set(c, "consumer.batch.max", "1", err, sizeof err));
   CHECK_OK(outbox_migrate(c, err, sizeof err));

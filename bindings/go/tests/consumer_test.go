@@ -93,6 +93,8 @@ func (ct *consumerTest) settings(extra ...string) map[string]string {
 		"db.url": dbURL, "publisher": "rocketmq", "rocketmq.namesrv": "127.0.0.1:9876",
 		"table": ct.table, "topic": ct.topic, "scan.interval.ms": "100", "send.timeout.ms": "10000",
 		"consumer.backoff.initial.ms": "50", "consumer.backoff.max.ms": "200",
+		// The tests read the sent rows back (their event keys, a resend): keep them.
+		"sent.rows": "keep",
 	}
 	for i := 0; i+1 < len(extra); i += 2 {
 		s[extra[i]] = extra[i+1]

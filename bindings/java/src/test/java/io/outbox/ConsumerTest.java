@@ -84,7 +84,9 @@ public class ConsumerTest {
         if (relay == null) {
             relay = Outbox.start(new OutboxConfig().set("db.url", db.url()).set("publisher", "rocketmq")
                     .set("rocketmq.namesrv", NAMESRV).set("rocketmq.producer.group", name("OUTBOX_JC_PG"))
-                    .set("topic", name("OUTBOX_JC_DEFAULT")).set("scan.interval.ms", 100).set("send.timeout.ms", 10000));
+                    .set("topic", name("OUTBOX_JC_DEFAULT")).set("scan.interval.ms", 100).set("send.timeout.ms", 10000)
+                    // The tests join the sent rows to the inbox by their event keys: keep them.
+                    .set("sent.rows", "keep"));
         }
     }
 
