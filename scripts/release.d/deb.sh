@@ -150,7 +150,7 @@ check_deb() (
         if [ "$publish" = 1 ]; then
             # Sent: deleted (sent.rows = delete, the default) or SUCCESS.
             unsent=$(mariadb -h 127.0.0.1 -P 3306 -u root -N "$db" -e "SELECT COUNT(*) FROM t_event_record WHERE status <> 'SUCCESS'")
-            [ "$unsent" = 0 ] && break
+            [ "$unsent" = 0 ] && { sent=1; break; }
         elif grep -q 'outboxd .* on ' "$TMPDIR_DEB/run.log"; then
             break
         fi
