@@ -74,10 +74,15 @@ impl HeldRound {
         let Some(claim) = self.claim.lock().take() else {
             return;
         };
-        let token = claim.token();
-        let g = std::mem::take(&mut *self.gathered.lock());
+        self.record(inner, claim);
+        // The round's connection is back in its pool: the scanner may open another round.
         inner.held_rounds.fetch_sub(1, SeqCst);
         let _ = inner.capacity_tx.try_send(());
+    }
+
+    fn record(&self, inner: &Inner, claim: HeldClaim) {
+        let token = claim.token();
+        let g = std::mem::take(&mut *self.gathered.lock());
         let settled = inner.store.settle_held(claim, &g.outcomes).or_else(|e| {
             // The connection may have dropped after the server applied the COMMIT.
             match inner.store.held_round_committed(token) {
