@@ -16,7 +16,11 @@
 //! written touches one: `Innodb_buffer_pool_write_requests`), redo bytes, statements.
 //!
 //! `cargo bench --features rocketmq --bench dbcost [-- --rounds R] [--events N] [--writers W]
-//! [--live-rate R] [--live-secs S]`
+//! [--live-rate R] [--live-secs S] [--server URL] [--pid N] [--only orders]`
+//!
+//! `--server` names another server (default `mysql://root@127.0.0.1:3306`), `--pid` its
+//! `mariadbd` process (default: the only one on the machine), and `--only orders` runs just the
+//! orders alone and with their events (no broker needed), e.g. to weigh a server setting.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -38,6 +42,11 @@ struct Args {
     /// The live part: orders per second, and for how long.
     live_rate: u64,
     live_secs: u64,
+    /// The server to measure, and its process (None: the only `mariadbd` on the machine).
+    server: String,
+    pid: Option<u32>,
+    /// `--only orders`: the orders alone and with their events, nothing else.
+    only_orders: bool,
 }
 
 fn at_least_one(flag: &str, v: Option<String>) -> usize {
@@ -55,6 +64,9 @@ fn args() -> Args {
         writers: 8,
         live_rate: 1000,
         live_secs: 20,
+        server: SERVER.into(),
+        pid: None,
+        only_orders: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -64,9 +76,18 @@ fn args() -> Args {
             "--writers" => a.writers = at_least_one("--writers", it.next()),
             "--live-rate" => a.live_rate = at_least_one("--live-rate", it.next()) as u64,
             "--live-secs" => a.live_secs = at_least_one("--live-secs", it.next()) as u64,
+            "--server" => a.server = it.next().expect("--server needs a URL"),
+            "--pid" => a.pid = Some(at_least_one("--pid", it.next()) as u32),
+            "--only" => match it.next().as_deref() {
+                Some("orders") => a.only_orders = true,
+                other => panic!("--only takes `orders`, not {other:?}"),
+            },
             "--bench" => {}
             other => {
-                panic!("unknown argument {other:?} (--rounds R, --events N, --writers W, --live-rate R, --live-secs S)")
+                panic!(
+                    "unknown argument {other:?} (--rounds R, --events N, --writers W, --live-rate R, --live-secs S, \
+                     --server URL, --pid N, --only orders)"
+                )
             }
         }
     }
@@ -75,18 +96,24 @@ fn args() -> Args {
 
 // ---------------------------------------------------------------- the server's side
 
-/// MariaDB's process id (the only `mariadbd` or `mysqld` on the machine).
+/// MariaDB's process id (the only `mariadbd` or `mysqld` on the machine; with several, which
+/// one is the measured server is for `--pid` to say).
 fn server_pid() -> u32 {
+    let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         if matches!(comm.trim(), "mariadbd" | "mysqld") {
-            return pid;
+            found.push(pid);
         }
     }
-    panic!("no mariadbd process found: this bench reads the server's CPU time from /proc");
+    match found[..] {
+        [pid] => pid,
+        [] => panic!("no mariadbd process found: this bench reads the server's CPU time from /proc"),
+        _ => panic!("several mariadbd processes ({found:?}): name the measured server's with --pid"),
+    }
 }
 
 /// The server's CPU time so far (user + system), in seconds.
@@ -203,19 +230,20 @@ fn measure(pool: &Pool, pid: u32, work: impl FnOnce() -> u64) -> Cost {
 // ---------------------------------------------------------------- fixtures
 
 struct Db {
+    server: String,
     name: String,
     url: String,
     pool: Pool,
 }
 
 impl Db {
-    fn fresh(tag: &str) -> Db {
+    fn fresh(server_url: &str, tag: &str) -> Db {
         let name = format!("outbox_cost_{tag}");
-        let server = Pool::new(Opts::from_url(SERVER).unwrap()).unwrap();
+        let server = Pool::new(Opts::from_url(server_url).unwrap()).unwrap();
         let mut c = server.get_conn().unwrap();
         c.query_drop(format!("DROP DATABASE IF EXISTS {name}")).unwrap();
         c.query_drop(format!("CREATE DATABASE {name}")).unwrap();
-        let url = format!("{SERVER}/{name}");
+        let url = format!("{server_url}/{name}");
         let pool = Pool::new(Opts::from_url(&url).unwrap()).unwrap();
         outbox::migrate(&pool).unwrap();
         pool.get_conn()
@@ -227,13 +255,18 @@ impl Db {
                  KEY idx_user (user_id)) ENGINE = InnoDB",
             )
             .unwrap();
-        Db { name, url, pool }
+        Db {
+            server: server_url.into(),
+            name,
+            url,
+            pool,
+        }
     }
 }
 
 impl Drop for Db {
     fn drop(&mut self) {
-        if let Ok(p) = Pool::new(Opts::from_url(SERVER).unwrap()) {
+        if let Ok(p) = Pool::new(Opts::from_url(&self.server).unwrap()) {
             let _ = p
                 .get_conn()
                 .map(|mut c| c.query_drop(format!("DROP DATABASE IF EXISTS {}", self.name)));
@@ -410,7 +443,7 @@ fn paced(db: &Db, rate: u64, secs: u64, writers: usize, round: usize) -> u64 {
 /// The live part: the same paced orders with no relay, with the default relay, and with a relay
 /// that takes a round per commit. Returns (no relay, relay, relay per commit).
 fn live(a: &Args, pid: u32, topic: &str, round: usize) -> (Cost, Cost, Cost) {
-    let db = Db::fresh("live");
+    let db = Db::fresh(&a.server, "live");
     let alone = measure(&db.pool, pid, || paced(&db, a.live_rate, a.live_secs, a.writers, round));
     // The rows the first part left are not the relay's to pay for: gone before it starts.
     db.pool
@@ -462,10 +495,17 @@ const STRATEGIES: &[(&str, ClaimStrategy, SentRows)] = &[
 
 fn main() {
     let a = args();
-    let pid = server_pid();
+    let pid = a.pid.unwrap_or_else(server_pid);
     println!(
-        "dbcost: {} rounds, {} orders per phase, {} writers; MariaDB pid {pid}",
-        a.rounds, a.events, a.writers
+        "dbcost: {} rounds, {} orders per phase, {} writers; MariaDB pid {pid}{}",
+        a.rounds,
+        a.events,
+        a.writers,
+        if a.server == SERVER {
+            String::new()
+        } else {
+            format!(" at {}", a.server)
+        }
     );
     let mut plain = Vec::new();
     let mut with_event = Vec::new();
@@ -476,8 +516,10 @@ fn main() {
     for round in 0..a.rounds {
         // A topic per round: the consumer reads what this round's relays sent.
         let topic = format!("BENCH_dbcost_{}_{round}", std::process::id());
-        warm(&topic);
-        let db = Db::fresh("run");
+        if !a.only_orders {
+            warm(&topic);
+        }
+        let db = Db::fresh(&a.server, "run");
         db.pool
             .get_conn()
             .unwrap()
@@ -504,6 +546,9 @@ fn main() {
             }
         };
         pair(round % 2 == 0);
+        if a.only_orders {
+            continue;
+        }
         // Each strategy drains a fresh batch of the same events, written the library's way.
         for (i, (name, strategy, sent_rows)) in STRATEGIES.iter().enumerate() {
             if pending(&db) == 0 {
@@ -551,7 +596,9 @@ fn main() {
         live_parts.push(parts);
     }
     report(&plain, &with_event, &relay, &retention, &consumed);
-    report_live(&a, &plain, &live_parts);
+    if !a.only_orders {
+        report_live(&a, &plain, &live_parts);
+    }
 }
 
 /// The median of the rounds' figures.
@@ -597,6 +644,9 @@ fn report(plain: &[Cost], with_event: &[Cost], relay: &[Vec<Cost>], retention: &
         "| the enqueue's addition | {enqueue:.1} | {:.2} | | | |",
         enqueue / order
     );
+    if retention.is_empty() {
+        return; // --only orders
+    }
     for ((name, _, _), costs) in STRATEGIES.iter().zip(relay) {
         line(&format!("relay: {name}"), median(costs, Cost::us_per_unit), costs);
     }
