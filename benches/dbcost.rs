@@ -7,7 +7,7 @@
 //! - retention deleting kept rows afterwards (what `sent.rows = keep` leaves for later);
 //! - a consumer with the inbox crediting the relayed events (its defaults, a one-row handler);
 //! - live: orders with their events at a steady rate (1 000/s), with and without a relay
-//!   running, and with the relay taking a round per commit (`scan.coalesce.ms = 0`).
+//!   running, and with a relay whose rounds take 10 ms of commits together (`scan.coalesce.ms`).
 //!
 //! Each phase ends only when the server has done the work it deferred: the purge of deleted row
 //! versions (history list length back to where it was) and the flush of the pages the phase
@@ -441,7 +441,7 @@ fn paced(db: &Db, rate: u64, secs: u64, writers: usize, round: usize) -> u64 {
 }
 
 /// The live part: the same paced orders with no relay, with the default relay, and with a relay
-/// that takes a round per commit. Returns (no relay, relay, relay per commit).
+/// whose rounds take 10 ms of commits together. Returns (no relay, relay, relay coalescing).
 fn live(a: &Args, pid: u32, topic: &str, round: usize) -> (Cost, Cost, Cost) {
     let db = Db::fresh(&a.server, "live");
     let alone = measure(&db.pool, pid, || paced(&db, a.live_rate, a.live_secs, a.writers, round));
@@ -468,8 +468,8 @@ fn live(a: &Args, pid: u32, topic: &str, round: usize) -> (Cost, Cost, Cost) {
         })
     };
     let relayed = with(None);
-    let per_commit = with(Some(Duration::ZERO));
-    (alone, relayed, per_commit)
+    let coalescing = with(Some(Duration::from_millis(10)));
+    (alone, relayed, coalescing)
 }
 
 // ---------------------------------------------------------------- the run
@@ -587,7 +587,7 @@ fn main() {
         consumed.push(c);
         let parts = live(&a, pid, &topic, round);
         println!(
-            "  round {round}: live at {}/s: orders {:.1}, with a relay {:.1}, a round per commit {:.1} µs per order",
+            "  round {round}: live at {}/s: orders {:.1}, with a relay {:.1}, rounds of 10 ms {:.1} µs per order",
             a.live_rate,
             parts.0.us_per_unit(),
             parts.1.us_per_unit(),
@@ -698,7 +698,7 @@ fn report_live(a: &Args, plain: &[Cost], parts: &[(Cost, Cost, Cost)]) {
     line("orders with events, no relay", alone);
     line("with the relay (defaults)", parts.iter().map(|p| p.1.clone()).collect());
     line(
-        "with a relay taking a round per commit (scan.coalesce.ms = 0)",
+        "with a relay taking 10 ms of commits per round (scan.coalesce.ms = 10)",
         parts.iter().map(|p| p.2.clone()).collect(),
     );
 }
