@@ -45,14 +45,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     relay.commit(tx)?; // commit, then wake the relay
     println!("enqueued event {id}");
 
-    let want = if broker.is_some() { "SUCCESS" } else { "WAIT" };
+    // Sent: the row deleted (`sent.rows = delete`, the default) or SUCCESS; not sent: WAIT.
+    let want = if broker.is_some() { "sent" } else { "WAIT" };
     let deadline = Instant::now() + Duration::from_secs(60); // a new topic's first send creates its route
     loop {
-        let n: Option<u64> = conn.exec_first(
-            "SELECT COUNT(*) FROM t_event_record WHERE id = ? AND status = ?",
-            (id, want),
-        )?;
-        if n == Some(1) {
+        let done = if broker.is_some() {
+            let unsent: Option<u64> = conn.exec_first(
+                "SELECT COUNT(*) FROM t_event_record WHERE id = ? AND status <> 'SUCCESS'",
+                (id,),
+            )?;
+            unsent == Some(0)
+        } else {
+            let waiting: Option<u64> = conn.exec_first(
+                "SELECT COUNT(*) FROM t_event_record WHERE id = ? AND status = 'WAIT'",
+                (id,),
+            )?;
+            waiting == Some(1)
+        };
+        if done {
             break;
         }
         if broker.is_none() || Instant::now() > deadline {
