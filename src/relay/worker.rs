@@ -165,13 +165,7 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, bro
                 }
             }
             o.fail.extend(dead.iter().map(|(ev, _)| ev.id));
-            g.letters.extend(dead.iter().map(|(ev, e)| DeadLetter {
-                id: ev.id,
-                biz_no: ev.biz_no.clone(),
-                event_type: ev.event_type.clone(),
-                retry_count: ev.attempt + 1,
-                last_error: e.to_string(),
-            }));
+            g.letters.extend(dead.iter().map(|(ev, e)| dead_letter(ev, e)));
             if let Some((_, e)) = parked.first() {
                 if o.parked.is_empty() {
                     o.parked_reason = format!("parked: {}", e.message);
@@ -274,16 +268,7 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, bro
         if let Some(n) = with_db_retry(inner, lease_end, "fail", || inner.store.fail(token, &ids, &reason)) {
             // Only when every row was still ours do we know exactly which ones ended FAIL.
             if n == ids.len() as u64 {
-                let letters: Vec<DeadLetter> = dead
-                    .iter()
-                    .map(|(ev, e)| DeadLetter {
-                        id: ev.id,
-                        biz_no: ev.biz_no.clone(),
-                        event_type: ev.event_type.clone(),
-                        retry_count: ev.attempt + 1,
-                        last_error: e.to_string(),
-                    })
-                    .collect();
+                let letters: Vec<DeadLetter> = dead.iter().map(|(ev, e)| dead_letter(ev, e)).collect();
                 dead_lettered(inner, &letters);
             } else {
                 log::warn!(
@@ -294,6 +279,17 @@ fn record_outcomes(inner: &Inner, chunk: &Chunk, outcomes: Vec<SendOutcome>, bro
                 Counters::add(&inner.counters.dead_lettered, n);
             }
         }
+    }
+}
+
+/// The dead letter of an event whose last allowed attempt (its `attempt` + 1) failed with `e`.
+fn dead_letter(ev: &OutboundEvent, e: &SendError) -> DeadLetter {
+    DeadLetter {
+        id: ev.id,
+        biz_no: ev.biz_no.clone(),
+        event_type: ev.event_type.clone(),
+        retry_count: ev.attempt + 1,
+        last_error: e.to_string(),
     }
 }
 

@@ -22,7 +22,6 @@ use mysql::prelude::Queryable;
 use mysql::{PooledConn, Row, TxOpts};
 
 use super::{key_assignments, status, truncate, ClaimRound, Claimed, DeadLetter, ScanPosition, Scanned, Store};
-use crate::config::SentRows;
 use crate::db::held_wait_timeout;
 use crate::error::Result;
 use crate::event::EventId;
@@ -256,10 +255,7 @@ impl Store {
     pub fn settle_held(&self, mut claim: HeldClaim, o: &Outcomes) -> Result<Settled> {
         let t = &self.table;
         let mut done = Settled::default();
-        let (delete, keep): (Vec<_>, Vec<_>) = o
-            .sent
-            .iter()
-            .partition(|(_, _, attempt)| self.sent_rows == SentRows::Delete && *attempt == 0 && !self.delete_refused());
+        let (delete, keep): (Vec<_>, Vec<_>) = o.sent.iter().partition(|(_, _, attempt)| self.deletes_sent(*attempt));
         if !delete.is_empty() {
             let sql = format!(
                 "DELETE FROM {t} WHERE id IN ({}) AND status = 'WAIT' LIMIT {}",
@@ -355,10 +351,6 @@ impl Store {
         );
         claim.conn().query_drop(sql)?;
         Ok(claim.conn().affected_rows())
-    }
-
-    fn delete_refused(&self) -> bool {
-        self.delete_refused.load(Relaxed)
     }
 
     pub(super) fn refuse_delete(&self, e: &mysql::Error) {
