@@ -286,14 +286,7 @@ impl Store {
             ))?;
             Ok(claim.conn().affected_rows())
         };
-        done.retried = update(
-            &o.retry,
-            format!(
-                "next_retry_time = NOW(3) + INTERVAL {backoff} MICROSECOND, last_error = {err}, retry_count = retry_count + 1",
-                backoff = self.backoff_sql,
-                err = lit(&truncate(&o.retry_error)),
-            ),
-        )?;
+        done.retried = update(&o.retry, self.retry_assignments(&o.retry_error))?;
         done.failed = update(
             &o.fail,
             format!(
@@ -303,14 +296,7 @@ impl Store {
                 lit(&truncate(&o.fail_error))
             ),
         )?;
-        done.parked = update(
-            &o.parked,
-            format!(
-                "next_retry_time = NOW(3) + INTERVAL {us} MICROSECOND, last_error = {err}",
-                us = o.parked_delay.as_micros(),
-                err = lit(&truncate(&o.parked_reason))
-            ),
-        )?;
+        done.parked = update(&o.parked, super::parked_assignments(&o.parked_reason, o.parked_delay))?;
         claim.end("COMMIT")?;
         Ok(done)
     }

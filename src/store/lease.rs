@@ -7,7 +7,7 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 use mysql::TxOpts;
 
-use super::{dedup_join, msg_id_sql, truncate, DeadLetter, Reclaimed, SentRows, Store};
+use super::{dedup_join, msg_id_sql, parked_assignments, truncate, DeadLetter, Reclaimed, SentRows, Store};
 use crate::error::Result;
 use crate::event::EventId;
 use crate::sql::{id_list, lit};
@@ -67,11 +67,8 @@ impl Store {
             token,
             ids.iter().copied(),
             &format!(
-                "status = 'WAIT', claim_owner = NULL, claimed_at = NULL, \
-                 next_retry_time = NOW(3) + INTERVAL {backoff} MICROSECOND, last_error = {err}, \
-                 retry_count = retry_count + 1",
-                backoff = self.backoff_sql,
-                err = lit(&truncate(error)),
+                "status = 'WAIT', claim_owner = NULL, claimed_at = NULL, {}",
+                self.retry_assignments(error)
             ),
         )
     }
@@ -95,10 +92,8 @@ impl Store {
             token,
             ids.iter().copied(),
             &format!(
-                "status = 'WAIT', claim_owner = NULL, claimed_at = NULL, \
-                 next_retry_time = NOW(3) + INTERVAL {us} MICROSECOND, last_error = {err}",
-                us = delay.as_micros(),
-                err = lit(&truncate(reason))
+                "status = 'WAIT', claim_owner = NULL, claimed_at = NULL, {}",
+                parked_assignments(reason, delay)
             ),
         )
     }

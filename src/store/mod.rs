@@ -676,6 +676,28 @@ fn key_assignments<'a>(
     format!(", event_key = CASE id{sql} ELSE event_key END")
 }
 
+impl Store {
+    /// The assignments of a failed attempt, under either claim: `retry_count + 1` in SQL, the
+    /// next try after the configured backoff on the DB clock, the error.
+    fn retry_assignments(&self, error: &str) -> String {
+        format!(
+            "next_retry_time = NOW(3) + INTERVAL {backoff} MICROSECOND, last_error = {err}, \
+             retry_count = retry_count + 1",
+            backoff = self.backoff_sql,
+            err = lit(&truncate(error)),
+        )
+    }
+}
+
+/// The assignments of rows parked without an attempt, due again after `delay`.
+fn parked_assignments(reason: &str, delay: Duration) -> String {
+    format!(
+        "next_retry_time = NOW(3) + INTERVAL {us} MICROSECOND, last_error = {err}",
+        us = delay.as_micros(),
+        err = lit(&truncate(reason))
+    )
+}
+
 /// The broker message id of each row: one literal when all share it, else `CASE id ... END`.
 fn msg_id_sql(acks: &[(EventId, Option<String>)]) -> String {
     let first = &acks[0].1;
