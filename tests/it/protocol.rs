@@ -410,7 +410,18 @@ fn a_row_that_keeps_killing_its_held_round_ends_fail_through_recoveries() {
         assert_eq!(c.claimed.len(), 1, "round {round}");
         drop(claim);
         assert_eq!(db.rows()[0].1, "WAIT");
-        let r = s.recover_lost_claims(Duration::ZERO, 10).unwrap();
+        // The journal row must be older than the grace (here 0): its `claimed_at` has
+        // millisecond precision, so the first call may come within the same millisecond.
+        let mut got = None;
+        assert!(wait_until(Duration::from_secs(5), || {
+            let r = s.recover_lost_claims(Duration::ZERO, 10).unwrap();
+            let hit = r.rounds > 0;
+            if hit {
+                got = Some(r);
+            }
+            hit
+        }));
+        let r = got.unwrap();
         assert_eq!((r.rounds, r.events), (1, 1), "round {round}");
         // Its relay, asking after an error, learns that the round did not commit.
         assert!(!s.held_round_committed(c.claimed[0].token).unwrap());
