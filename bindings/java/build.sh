@@ -62,5 +62,10 @@ if [ -n "$native" ]; then
     (cd "$dest" && sha256sum liboutbox.so >liboutbox.so.sha256)
     echo "build.sh: bundled $native as io/outbox/native/$platform/liboutbox.so ($(du -h "$dest/liboutbox.so" | cut -f1))"
 fi
+# The licence, and (for a jar with the library) what the library links in.
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$classes/META-INF"
+cp "$root/LICENSE" "$classes/META-INF/LICENSE"
+[ -z "$native" ] || cp "$root/NOTICE" "$classes/META-INF/NOTICE"
 jar --create --file "$out/outbox.jar" --manifest "$manifest" -C "$classes" .
 echo "built $out/outbox.jar (outbox ${version}$([ -n "$native" ] && echo ", with the native library"))"

@@ -3,10 +3,10 @@
 #   include/outbox.h
 #   lib/liboutbox.so -> liboutbox.so.<soversion> -> liboutbox.so.<version>   (stripped, soname set,
 #                                                          the dist profile: fat LTO, Cargo.toml)
-#   lib/liboutbox.a                                  (the release profile, no debug info of ours)
+#   lib/liboutbox.a                                  (the release profile, stripped of debug info)
 #   lib/pkgconfig/outbox.pc          -loutbox; --static adds the system libraries liboutbox.a needs
 #   lib/pkgconfig/outbox-static.pc   liboutbox.a and those system libraries: no liboutbox at run time
-#   share/doc/outbox/LICENSE
+#   share/doc/outbox/LICENSE, NOTICE                  the licence, and the crates linked in (scripts/notice)
 #
 # The .pc files find the prefix from their own place (${pcfiledir}), so the tree works wherever it
 # is unpacked: PKG_CONFIG_PATH=<prefix>/lib/pkgconfig. Built with --features rocketmq. The soname
@@ -39,25 +39,24 @@ release_c() {
     apt_install patchelf binutils
     # The static archive with the release profile (the Go module's build, shared), the shared
     # library alone with the dist profile (fat LTO: a third smaller; LTO would grow the archive).
-    say "cargo build --release --lib --features rocketmq (into $OUTBOX_RELEASE_TARGET): liboutbox.a"
-    CARGO_TARGET_DIR="$OUTBOX_RELEASE_TARGET" cargo build --release --lib --features rocketmq
-    built="$OUTBOX_RELEASE_TARGET/release"
-    say "cargo rustc --profile dist --lib --crate-type cdylib --features rocketmq: liboutbox.so"
-    CARGO_TARGET_DIR="$OUTBOX_RELEASE_TARGET" cargo rustc --profile dist --lib --crate-type cdylib --features rocketmq
+    # Both for the glibc baseline (release_cargo, scripts/release).
+    release_cargo "$OUTBOX_RELEASE_TARGET" --release --lib --features rocketmq
+    built="$OUTBOX_RELEASE_TARGET/$RELEASE_TRIPLE/release"
+    release_cargo "$OUTBOX_RELEASE_TARGET" rustc --profile dist --lib --crate-type cdylib --features rocketmq
 
     stage=$(mktemp -d)
     root="$stage/$name"
     mkdir -p "$root/include" "$root/lib/pkgconfig" "$root/share/doc/outbox"
     cp include/outbox.h "$root/include/"
     # Copied at once: the uplifted files are replaced by any later build in the same target dir.
-    strip --strip-unneeded -o "$root/lib/liboutbox.so.$version" "$OUTBOX_RELEASE_TARGET/dist/liboutbox.so"
-    # The archive as built: the profile leaves out our debug info, and strip --strip-debug would
-    # only take the standard library's line tables (5 MB) while growing the archive's layout.
-    cp "$built/liboutbox.a" "$root/lib/liboutbox.a"
+    strip --strip-unneeded -o "$root/lib/liboutbox.so.$version" "$OUTBOX_RELEASE_TARGET/$RELEASE_TRIPLE/dist/liboutbox.so"
+    # The archive without debug info (the C objects zig compiles carry theirs: 40 MB) and LLVM
+    # bitcode, as the Go module's.
+    strip_archive "$built/liboutbox.a" "$root/lib/liboutbox.a"
     patchelf --set-soname "liboutbox.so.$soversion" "$root/lib/liboutbox.so.$version"
     ln -s "liboutbox.so.$version" "$root/lib/liboutbox.so.$soversion"
     ln -s "liboutbox.so.$soversion" "$root/lib/liboutbox.so"
-    cp /usr/share/common-licenses/Apache-2.0 "$root/share/doc/outbox/LICENSE"
+    cp LICENSE NOTICE "$root/share/doc/outbox/"
 
     local description="Transactional-outbox relay: MySQL/MariaDB event table to Apache RocketMQ"
     cat >"$root/lib/pkgconfig/outbox.pc" <<PC
@@ -115,7 +114,7 @@ c_core_sizes() {
     CARGO_TARGET_DIR="$target" cargo rustc --profile dist --lib --crate-type cdylib
     tmp=$(mktemp -d)
     strip --strip-unneeded -o "$tmp/liboutbox.so" "$target/dist/liboutbox.so"
-    cp "$target/release/liboutbox.a" "$tmp/liboutbox.a"
+    strip_archive "$target/release/liboutbox.a" "$tmp/liboutbox.a"
     {
         echo "liboutbox.so(core) $(stat -c %s "$tmp/liboutbox.so")"
         echo "liboutbox.a(core) $(stat -c %s "$tmp/liboutbox.a")"
@@ -147,9 +146,10 @@ check_c() (
     tar -xzf "$tarball" -C "$tmp"
     prefix="$tmp/$name"
     for f in include/outbox.h lib/liboutbox.so "lib/liboutbox.so.$soversion" "lib/liboutbox.so.$version" lib/liboutbox.a \
-        lib/pkgconfig/outbox.pc lib/pkgconfig/outbox-static.pc share/doc/outbox/LICENSE; do
+        lib/pkgconfig/outbox.pc lib/pkgconfig/outbox-static.pc share/doc/outbox/LICENSE share/doc/outbox/NOTICE; do
         [ -e "$prefix/$f" ] || { say "check_c: $f missing from $tarball"; exit 1; }
     done
+    check_glibc check_c "$prefix/lib/liboutbox.so.$version"
     readelf -d "$prefix/lib/liboutbox.so.$version" | grep -q "SONAME.*\[liboutbox.so.$soversion\]" \
         || { say "check_c: liboutbox.so has no soname liboutbox.so.$soversion"; exit 1; }
     if readelf -S "$prefix/lib/liboutbox.so.$version" | grep -q '\.debug_\|\.symtab'; then
@@ -171,6 +171,13 @@ check_c() (
         say "check_c: points-static still needs liboutbox.so"
         exit 1
     fi
+    # The archive links on a system of the glibc baseline: the same program linked by zig cc
+    # against that glibc's symbols (this machine's own link above takes its newer ones).
+    local cc
+    read -r -a cc <<<"$(baseline_cc)"
+    # shellcheck disable=SC2046
+    "${cc[@]}" "${cflags[@]}" -o "$tmp/points-baseline" packaging/c-example/points.c $(pkg-config --static --cflags --libs outbox-static)
+    check_glibc check_c "$tmp/points-baseline"
     # And the shared .pc with --static against a tree holding only the archive (as a
     # static-only install has it).
     mkdir -p "$tmp/static-only/lib/pkgconfig" "$tmp/static-only/include"
@@ -186,6 +193,8 @@ check_c() (
     [ "$out" = "liboutbox $version" ] || { say "check_c: points printed '$out'"; exit 1; }
     out=$(env -u LD_LIBRARY_PATH "$tmp/points-static2")
     [ "$out" = "liboutbox $version" ] || { say "check_c: points-static2 printed '$out'"; exit 1; }
+    out=$(env -u LD_LIBRARY_PATH "$tmp/points-baseline")
+    [ "$out" = "liboutbox $version" ] || { say "check_c: points-baseline printed '$out'"; exit 1; }
 
     mariadb -h 127.0.0.1 -P 3306 -u root -e "CREATE DATABASE $db"
     # The static program migrates and enqueues (publisher=none) ...

@@ -14,12 +14,21 @@
 # and run against the unpacked .crate, patched in for crates.io's, with default features
 # (migrate and enqueue) and with rocketmq (relayed through the broker when a name server answers),
 # in a database of its own, dropped afterwards. The example is built in a copy under
-# $CARGO_TARGET_DIR/crate-example so that its dependencies stay warm; nothing is written to the
+# $CRATE_TARGET/crate-example so that its dependencies stay warm; nothing is written to the
 # repository.
+#
+# Everything here builds in CRATE_TARGET, a target dir of its own: the package's verification
+# and the example build the packaged crate with default features, and in the shared dev target
+# that replaced target/debug/liboutbox.so (the library the C, Go and Java suites load) with one
+# without their features.
+
+CRATE_TARGET="$OUTBOX_RELEASE_TARGET/crate"
 
 crate_version() { sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1; }
 
-release_crate() {
+release_crate() (
+    set -euo pipefail
+    export CARGO_TARGET_DIR="$CRATE_TARGET"
     local version crate
     version=$(crate_version)
     crate="$CARGO_TARGET_DIR/package/outbox-$version.crate"
@@ -38,9 +47,10 @@ release_crate() {
     touch "$ARTIFACTS/sizes.txt"
     sed -i -E '/^outbox-[^ ]*\.crate /d' "$ARTIFACTS/sizes.txt"
     echo "outbox-$version.crate $(stat -c %s "$ARTIFACTS/outbox-$version.crate")" >>"$ARTIFACTS/sizes.txt"
-}
+)
 
 check_crate() (
+    export CARGO_TARGET_DIR="$CRATE_TARGET"
     set -euo pipefail
     local version crate unpacked features rustdoc_args example server namesrv
     version=$(crate_version)
@@ -56,7 +66,7 @@ check_crate() (
     # What is in it: what the build needs and users read, nothing else.
     tar -tzf "$crate" >"$ARTIFACTS/crate.list"
     local prefix="outbox-$version"
-    for f in Cargo.toml Cargo.toml.orig Cargo.lock README.md src/lib.rs src/bin/outboxd/main.rs \
+    for f in Cargo.toml Cargo.toml.orig Cargo.lock README.md LICENSE NOTICE src/lib.rs src/bin/outboxd/main.rs \
         migrations/V1__create_t_event_record.sql include/outbox.h src/console/assets/console.css; do
         grep -qx "$prefix/$f" "$ARTIFACTS/crate.list" || fail "$f missing from the crate"
     done

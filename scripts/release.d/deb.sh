@@ -5,8 +5,9 @@
 #                                             the dist profile (fat LTO: Cargo.toml)
 #   /etc/outbox/outboxd.toml                  conffile, root:outbox 0640 (a statoverride), every
 #                                             key commented out at its default
-#   /lib/systemd/system/outboxd.service       as the user outbox, hardened; not enabled or started
+#   /usr/lib/systemd/system/outboxd.service   as the user outbox, hardened; not enabled or started
 #   /usr/share/doc/outboxd/README.Debian      configure, check, migrate (a separate step), start
+#   /usr/share/doc/outboxd/copyright, NOTICE  the licence (LICENSE), the crates linked in (scripts/notice)
 #
 # The system user and group outbox are created by postinst and removed on purge.
 #
@@ -27,16 +28,18 @@ deb_features() {
 deb_file() { echo "$ARTIFACTS/outboxd_$(deb_version)-1_amd64.deb"; }
 
 release_deb() {
-    local features built conf
+    local features built conf target
     features=$(deb_features)
+    # A target directory of its own: the C tarball's dist build of the library has other
+    # features, and sharing one would rebuild the crate with fat LTO on every alternate run.
+    target="$OUTBOX_RELEASE_TARGET/deb"
     if ! command -v cargo-deb >/dev/null 2>&1; then
         say "cargo install cargo-deb --locked"
         cargo install cargo-deb --locked
     fi
     apt_install dpkg-dev
-    say "cargo build --profile dist --bin outboxd --features $features (into $OUTBOX_RELEASE_TARGET)"
-    CARGO_TARGET_DIR="$OUTBOX_RELEASE_TARGET" cargo build --profile dist --bin outboxd --features "$features"
-    built="$OUTBOX_RELEASE_TARGET/dist"
+    release_cargo "$target" --profile dist --bin outboxd --features "$features"
+    built="$target/$RELEASE_TRIPLE/dist"
 
     # The conffile: the binary's own example (every key, its default and meaning), each setting
     # commented out, under a header saying what to set and how to check it. A fresh install then
@@ -57,9 +60,10 @@ release_deb() {
     fi
 
     rm -f "$(deb_file)"
-    # --profile dist: the assets' target/release/ paths are read from target/dist/.
-    say "cargo deb --no-build --profile dist"
-    CARGO_TARGET_DIR="$OUTBOX_RELEASE_TARGET" cargo deb --no-build --profile dist --output "$(deb_file)"
+    # --profile dist --target: the assets' target/release/ paths are read from
+    # target/$RELEASE_TRIPLE/dist/.
+    say "cargo deb --no-build --profile dist --target $RELEASE_TRIPLE"
+    CARGO_TARGET_DIR="$target" cargo deb --no-build --profile dist --target "$RELEASE_TRIPLE" --output "$(deb_file)"
     [ -f "$(deb_file)" ] || { say "release_deb: cargo deb wrote no $(deb_file)"; return 1; }
     echo "$(basename "$(deb_file)") $(stat -c %s "$(deb_file)")" >>"$ARTIFACTS/sizes.txt"
     echo "outboxd(installed) $(dpkg-deb --fsys-tarfile "$(deb_file)" | tar -xO ./usr/bin/outboxd | wc -c)" >>"$ARTIFACTS/sizes.txt"
@@ -101,6 +105,7 @@ check_deb() (
     out=$(outboxd --version)
     [ "$out" = "outboxd $version" ] || fail "outboxd --version printed '$out'"
     [ "$(command -v outboxd)" = /usr/bin/outboxd ] || fail "outboxd is not /usr/bin/outboxd"
+    check_glibc check_deb /usr/bin/outboxd
 
     # The system user, and the conffile readable by it alone.
     getent passwd outbox | awk -F: '$3 < 1000 && $7 ~ /nologin|false/ { ok = 1 } END { exit !ok }' \
@@ -127,6 +132,8 @@ check_deb() (
     grep -q '^ExecStart=/usr/bin/outboxd -c /etc/outbox/outboxd.toml run$' "$unit" || fail "unexpected ExecStart in $unit"
     grep -q '^User=outbox$' "$unit" || fail "$unit does not run as outbox"
     [ -f /usr/share/doc/outboxd/README.Debian ] || fail "no README.Debian"
+    cmp -s /usr/share/doc/outboxd/NOTICE NOTICE || fail "no NOTICE, or another one than the repository's"
+    grep -q "Apache License" /usr/share/doc/outboxd/copyright || fail "the copyright file does not carry the licence text"
 
     # The documented steps: migrate (separately, with a URL allowed to run DDL), then run as the
     # service's user (what ExecStart runs) until SIGTERM, which drains and exits 0; with a name

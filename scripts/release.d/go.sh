@@ -3,8 +3,9 @@
 # `go build` need no Rust toolchain (as wasmtime-go ships its library).
 #
 # release_go: builds liboutbox.a (release, --features rocketmq) into $OUTBOX_RELEASE_TARGET,
-#   strips its debug info, lays out the module with it ($ARTIFACTS/go/module: bindings/go plus
-#   lib/linux-amd64/liboutbox.a, the tree the tag's commit holds) and writes the module as a
+#   strips its debug info, lays out the module with it ($ARTIFACTS/go/module: bindings/go, its
+#   LICENSE and NOTICE included, plus the library in three parts, lib/linux-amd64/liboutbox-N.a,
+#   each under 100 MB: the tree the tag's commit holds) and writes the module as a
 #   module proxy serves it: $ARTIFACTS/goproxy/github.com/outbox-rs/outbox/bindings/go/@v/
 #   {list,vX.Y.Z.info,vX.Y.Z.mod,vX.Y.Z.zip}. The zip is made by golang.org/x/mod/zip (the go
 #   command's own rules: nested modules such as tests/ left out, no vendor/, no symlinks, the
@@ -20,6 +21,10 @@
 GO_MODULE=github.com/outbox-rs/outbox/bindings/go
 GO_DRIVER_MODULE=github.com/go-sql-driver/mysql
 GO_DRIVER_DIR=/usr/share/gocode/src/github.com/go-sql-driver/mysql
+# The library goes into the module in this many parts (link_prebuilt.go names each), every file
+# of the module under GO_FILE_LIMIT bytes (the public git hosts refuse files of 100 MB or more).
+GO_LIB_PARTS=3
+GO_FILE_LIMIT=100000000
 
 # v<the crate's version>: the module's version; its tag is bindings/go/v<version>.
 _go_version() {
@@ -151,30 +156,13 @@ GO
     "$tool/modproxy" "$@"
 }
 
-# _go_strip IN OUT: IN without debug info and LLVM bitcode, by the Rust toolchain's llvm-objcopy
-# (rust-objcopy, beside rustc), else an llvm-objcopy on PATH.
-_go_strip() {
-    local sysroot host objcopy
-    sysroot=$(rustc --print sysroot)
-    host=$(rustc -vV | sed -n 's/^host: //p')
-    objcopy="$sysroot/lib/rustlib/$host/bin/rust-objcopy"
-    if [ -x "$objcopy" ] && LD_LIBRARY_PATH="$sysroot/lib" "$objcopy" --version >/dev/null 2>&1; then
-        LD_LIBRARY_PATH="$sysroot/lib" "$objcopy" --strip-debug --remove-section=.llvmbc --remove-section=.llvmcmd "$1" "$2"
-    elif command -v llvm-objcopy >/dev/null 2>&1; then
-        llvm-objcopy --strip-debug --remove-section=.llvmbc --remove-section=.llvmcmd "$1" "$2"
-    else
-        echo "release go: no llvm-objcopy (rust-objcopy in $sysroot, or llvm-objcopy on PATH) to strip $1" >&2
-        return 1
-    fi
-}
 
 release_go() {
     _go_tools
     local version lib stage proxy zip h1 when raw
     version=$(_go_version)
-    say "release go: liboutbox.a (release, --features rocketmq) into $OUTBOX_RELEASE_TARGET"
-    CARGO_TARGET_DIR="$OUTBOX_RELEASE_TARGET" cargo build --release --lib --features rocketmq
-    lib="$OUTBOX_RELEASE_TARGET/release/liboutbox.a"
+    release_cargo "$OUTBOX_RELEASE_TARGET" --release --lib --features rocketmq
+    lib="$OUTBOX_RELEASE_TARGET/$RELEASE_TRIPLE/release/liboutbox.a"
     [ -f "$lib" ] || { echo "release go: $lib was not built" >&2; return 1; }
     cmp -s include/outbox.h bindings/go/outbox.h \
         || { echo "release go: bindings/go/outbox.h differs from include/outbox.h" >&2; return 1; }
@@ -196,8 +184,21 @@ release_go() {
     # only; linkers drop it): strip both, symbols stay. With the toolchain's llvm-objcopy: GNU
     # strip rewrites every object's string tables and makes the archive larger, not smaller.
     raw=$(stat -c %s "$lib")
-    _go_strip "$lib" "$stage/lib/linux-amd64/liboutbox.a"
-    say "release go: liboutbox.a $raw bytes, $(stat -c %s "$stage/lib/linux-amd64/liboutbox.a") stripped"
+    strip_archive "$lib" "$ARTIFACTS/go/liboutbox.a"
+    say "release go: liboutbox.a $raw bytes, $(stat -c %s "$ARTIFACTS/go/liboutbox.a") stripped"
+    # In GO_LIB_PARTS archives linked as one group (link_prebuilt.go), so that every file of the
+    # module fits the 100 MB a file may have on the public git hosts the module proxy reads.
+    python3 scripts/release.d/arsplit.py "$ARTIFACTS/go/liboutbox.a" "$stage/lib/linux-amd64/liboutbox" \
+        "$GO_LIB_PARTS" "$GO_FILE_LIMIT"
+    local f
+    for f in LICENSE NOTICE; do
+        [ -f "$stage/$f" ] && cmp -s "$stage/$f" "$f" \
+            || { echo "release go: the module has no $f, or another one than the repository's (scripts/notice)" >&2; return 1; }
+    done
+    while IFS= read -r -d '' f; do
+        [ "$(stat -c %s "$f")" -lt "$GO_FILE_LIMIT" ] \
+            || { echo "release go: ${f#"$stage"/} is $(stat -c %s "$f") bytes, over the $GO_FILE_LIMIT a git host takes" >&2; return 1; }
+    done < <(find "$stage" -type f -print0)
 
     proxy="$ARTIFACTS/goproxy"
     when=$(date -u -d "@$(git log -1 --format=%ct)" +%Y-%m-%dT%H:%M:%SZ)
@@ -206,9 +207,11 @@ release_go() {
     say "release go: $zip ($(stat -c %s "$zip") bytes, $h1), tag bindings/go/$version"
     mkdir -p "$ARTIFACTS"
     touch "$ARTIFACTS/sizes.txt"
-    sed -i '/^go-module-zip /d; /^go-liboutbox.a /d' "$ARTIFACTS/sizes.txt"
+    sed -i '/^go-module-zip /d; /^go-liboutbox/d' "$ARTIFACTS/sizes.txt"
     echo "go-module-zip $(stat -c %s "$zip")" >>"$ARTIFACTS/sizes.txt"
-    echo "go-liboutbox.a $(stat -c %s "$stage/lib/linux-amd64/liboutbox.a")" >>"$ARTIFACTS/sizes.txt"
+    for f in "$stage"/lib/linux-amd64/liboutbox-*.a; do
+        echo "go-$(basename "$f") $(stat -c %s "$f")" >>"$ARTIFACTS/sizes.txt"
+    done
 }
 
 check_go() {
@@ -244,6 +247,10 @@ check_go() {
             GOPROXY="file://$proxy,file://$work/deps" GONOSUMDB="github.com/outbox-rs,$GO_DRIVER_MODULE" \
             "$@")
     }
+    for f in LICENSE NOTICE; do
+        unzip -l "$proxy/$GO_MODULE/@v/$version.zip" | grep -q " $GO_MODULE@$version/$f\$" \
+            || { echo "check go: the module zip has no $f at its root" >&2; return 1; }
+    done
     say "check go: go get $GO_MODULE@$version from $proxy, offline, no Rust toolchain"
     _go_user go mod init example.com/points
     _go_user go get "$GO_MODULE@$version"
@@ -372,6 +379,12 @@ GO
         return 1
     fi
     say "check go: built $(stat -c %s "$work/points/points") bytes, needs $(ldd "$work/points/points" | awk '{print $1}' | tr '\n' ' ')"
+    # Linked here, the program takes this machine's glibc symbols; linked by zig cc against the
+    # baseline's (as on a system of the baseline), it needs nothing newer.
+    _go_user env CC="$(baseline_cc)" go build -o points-baseline .
+    check_glibc "check go" "$work/points/points-baseline"
+    [ "v$(_go_user ./points-baseline -version)" = "$version" ] \
+        || { echo "check go: the baseline build's library is $(_go_user ./points-baseline -version), not ${version#v}" >&2; return 1; }
     [ "v$(_go_user ./points -version)" = "$version" ] \
         || { echo "check go: the program's library is $(_go_user ./points -version), not ${version#v}" >&2; return 1; }
 
@@ -385,8 +398,10 @@ GO
 
     # Vendored: go mod vendor copies lib/linux-amd64 (vendor_lib.go), and the build links it.
     _go_user go mod vendor
-    [ -f "$work/points/vendor/$GO_MODULE/lib/linux-amd64/liboutbox.a" ] \
-        || { echo "check go: go mod vendor did not copy lib/linux-amd64/liboutbox.a" >&2; return 1; }
+    for f in $(seq 1 "$GO_LIB_PARTS"); do
+        [ -f "$work/points/vendor/$GO_MODULE/lib/linux-amd64/liboutbox-$f.a" ] \
+            || { echo "check go: go mod vendor did not copy lib/linux-amd64/liboutbox-$f.a" >&2; return 1; }
+    done
     _go_user go build -mod=vendor -o points-vendored .
     [ "v$(_go_user ./points-vendored -version)" = "$version" ] && ! ldd "$work/points/points-vendored" | grep -q liboutbox \
         || { echo "check go: the vendored build does not link the module's library" >&2; return 1; }

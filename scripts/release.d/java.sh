@@ -35,10 +35,10 @@ release_java() {
     target="$OUTBOX_RELEASE_TARGET/jni"
     java_need_jdk
     apt_install binutils
-    # The shared library alone (no static archive to LTO as well), with the dist profile.
-    say "cargo rustc --profile dist --lib --crate-type cdylib --features jni,rocketmq (into $target)"
-    CARGO_TARGET_DIR="$target" cargo rustc --profile dist --lib --crate-type cdylib --features jni,rocketmq
-    lib="$target/dist/liboutbox.so"
+    # The shared library alone (no static archive to LTO as well), with the dist profile, for the
+    # glibc baseline.
+    release_cargo "$target" rustc --profile dist --lib --crate-type cdylib --features jni,rocketmq
+    lib="$target/$RELEASE_TRIPLE/dist/liboutbox.so"
 
     rm -rf "$out"
     mkdir -p "$out"
@@ -105,7 +105,7 @@ check_java() (
         [ "$(md5sum "$out/$f" | cut -d' ' -f1)" = "$(cat "$out/$f.md5")" ] || fail "$f.md5 does not match"
     done
     jar --list --file "$jar" >"$tmp/main.list"
-    for f in io/outbox/Outbox.class io/outbox/native/linux-x86_64/liboutbox.so io/outbox/native/linux-x86_64/liboutbox.so.sha256; do
+    for f in META-INF/LICENSE META-INF/NOTICE io/outbox/Outbox.class io/outbox/native/linux-x86_64/liboutbox.so io/outbox/native/linux-x86_64/liboutbox.so.sha256; do
         grep -qx "$f" "$tmp/main.list" || fail "$f missing from outbox-$version.jar"
     done
     jar --list --file "$out/outbox-$version-sources.jar" | grep -qx io/outbox/Outbox.java || fail "no io/outbox/Outbox.java in the sources jar"
@@ -134,6 +134,10 @@ PY
     javadoc -Xdoclint:all -Werror -quiet --release 11 -encoding UTF-8 -d "$tmp/javadoc" "${sources[@]}" >"$tmp/javadoc.log" 2>&1 \
         || fail "javadoc on the sources jar: $(cat "$tmp/javadoc.log")"
     grep -q . "$tmp/javadoc.log" && fail "javadoc on the sources jar said: $(cat "$tmp/javadoc.log")"
+
+    mkdir -p "$tmp/native"
+    (cd "$tmp/native" && jar --extract --file "$jar" io/outbox/native/linux-x86_64/liboutbox.so)
+    check_glibc check_java "$tmp/native/io/outbox/native/linux-x86_64/liboutbox.so"
 
     # The jar alone: it loads the library it carries (extracted under a temporary directory).
     local java=(java -Djava.io.tmpdir="$tmp" -cp "$jar")
