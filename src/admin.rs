@@ -562,10 +562,14 @@ pub fn purge(
     let mut c = pool.get_conn()?;
     let started = Instant::now();
     let mut deleted = 0u64;
-    for st in ["SUCCESS", "DISCARDED"] {
+    // Sent rows by the protocol's retention guard; discarded dead letters (an operator's) too.
+    let sent = crate::protocol::RETENTION
+        .guard
+        .sql(&crate::protocol::GuardContext::UNCLAIMED);
+    for guard in [sent.as_str(), "status = 'DISCARDED'"] {
         loop {
             c.query_drop(format!(
-                "DELETE FROM {t} WHERE status = '{st}' AND next_retry_time < NOW(3) - INTERVAL {us} MICROSECOND \
+                "DELETE FROM {t} WHERE {guard} AND next_retry_time < NOW(3) - INTERVAL {us} MICROSECOND \
                  AND update_time < NOW(3) - INTERVAL {us} MICROSECOND ORDER BY next_retry_time LIMIT {batch}",
                 us = age.as_micros(),
             ))?;

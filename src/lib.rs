@@ -26,6 +26,7 @@ pub mod inbox;
 pub mod latency;
 pub mod migrate;
 pub mod ordering;
+pub mod protocol;
 pub mod publisher;
 pub mod queues;
 pub mod relay;
@@ -41,7 +42,7 @@ pub use db::connect;
 pub use error::{ConfigError, Error, Result};
 pub use event::{EventId, NewEvent};
 pub use host::start::{open, open_with, publisher_for, source_for};
-pub use migrate::{migrate, migrate_table, MigrationReport};
+pub use migrate::{migrate, migrate_consumer, migrate_table, MigrationReport};
 pub use publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
 pub use relay::{
     enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, Delivery, LatencyHook, Relay, RelayBuilder, StopReport,

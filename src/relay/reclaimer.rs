@@ -95,7 +95,7 @@ fn reclaim_round(inner: &Inner) {
         recover_round(inner);
     }
     loop {
-        match inner.store.reclaim_expired(inner.config.lease, RECLAIM_LIMIT) {
+        match inner.store.reclaim_expired(RECLAIM_LIMIT) {
             Ok(r) => {
                 let total = r.returned + r.dead.len() as u64;
                 if total > 0 {

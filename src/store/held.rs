@@ -21,10 +21,11 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 use mysql::{PooledConn, Row, TxOpts};
 
-use super::{key_assignments, status, truncate, ClaimRound, Claimed, DeadLetter, ScanPosition, Scanned, Store};
+use super::{key_assignments, protocol_set, truncate, ClaimRound, Claimed, DeadLetter, ScanPosition, Scanned, Store};
 use crate::db::held_wait_timeout;
 use crate::error::Result;
 use crate::event::EventId;
+use crate::protocol::{self, Transition};
 use crate::sql::{id_list, lit};
 
 /// A held round's open transaction. Dropped without [`Store::settle_held`], it rolls back: the
@@ -258,8 +259,9 @@ impl Store {
         let (delete, keep): (Vec<_>, Vec<_>) = o.sent.iter().partition(|(_, _, attempt)| self.deletes_sent(*attempt));
         if !delete.is_empty() {
             let sql = format!(
-                "DELETE FROM {t} WHERE id IN ({}) AND status = 'WAIT' LIMIT {}",
+                "DELETE FROM {t} WHERE id IN ({}) AND {} LIMIT {}",
                 id_list(delete.iter().map(|d| d.0)),
+                self.guard_sql(protocol::HELD_DELETE_SENT.guard, claim.token),
                 delete.len()
             );
             match claim.conn().query_drop(sql) {
@@ -276,27 +278,34 @@ impl Store {
             done.succeeded += self.mark_sent(&mut claim, &keep)?;
         }
         let token = claim.token;
-        let mut update = |ids: &[EventId], set: String| -> Result<u64> {
+        let mut update = |transition: &Transition, ids: &[EventId], rest: String| -> Result<u64> {
             if ids.is_empty() {
                 return Ok(0);
             }
-            claim.conn().query_drop(format!(
-                "UPDATE {t} FORCE INDEX (PRIMARY) SET {set} WHERE id IN ({}) AND status = 'WAIT'",
-                id_list(ids.iter().copied())
-            ))?;
+            let sql = format!(
+                "UPDATE {t} FORCE INDEX (PRIMARY) SET {} WHERE id IN ({}) AND {}",
+                protocol_set(transition, &rest),
+                id_list(ids.iter().copied()),
+                self.guard_sql(transition.guard, token),
+            );
+            claim.conn().query_drop(sql)?;
             Ok(claim.conn().affected_rows())
         };
-        done.retried = update(&o.retry, self.retry_assignments(&o.retry_error))?;
+        done.retried = update(&protocol::HELD_RETRY, &o.retry, self.retry_assignments(&o.retry_error))?;
         done.failed = update(
+            &protocol::HELD_FAIL,
             &o.fail,
             format!(
-                "status = '{}', claim_owner = {}, claim_token = {token}, last_error = {}, retry_count = retry_count + 1",
-                status::FAIL,
+                "claim_owner = {}, claim_token = {token}, last_error = {}",
                 lit(&self.owner),
                 lit(&truncate(&o.fail_error))
             ),
         )?;
-        done.parked = update(&o.parked, super::parked_assignments(&o.parked_reason, o.parked_delay))?;
+        done.parked = update(
+            &protocol::HELD_PARK,
+            &o.parked,
+            super::parked_assignments(&o.parked_reason, o.parked_delay),
+        )?;
         claim.end("COMMIT")?;
         Ok(done)
     }
@@ -326,14 +335,20 @@ impl Store {
     fn mark_sent(&self, claim: &mut HeldClaim, sent: &[&(EventId, Option<String>, u32)]) -> Result<u64> {
         let pairs: Vec<(EventId, Option<String>)> = sent.iter().map(|(id, m, _)| (*id, m.clone())).collect();
         let sql = format!(
-            "UPDATE {t} FORCE INDEX (PRIMARY) SET status = '{st}', sent_at = NOW(3), broker_msg_id = {m}, last_error = NULL, \
-             claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3) WHERE id IN ({ids}) AND status = 'WAIT'",
+            "UPDATE {t} FORCE INDEX (PRIMARY) SET {set} WHERE id IN ({ids}) AND {guard}",
             t = self.table,
-            st = status::SUCCESS,
-            m = super::msg_id_sql(&pairs),
-            owner = lit(&self.owner),
-            token = claim.token,
+            set = protocol_set(
+                &protocol::HELD_SENT,
+                &format!(
+                    "sent_at = NOW(3), broker_msg_id = {m}, last_error = NULL, claim_owner = {owner}, \
+                     claim_token = {token}, claimed_at = NOW(3)",
+                    m = super::msg_id_sql(&pairs),
+                    owner = lit(&self.owner),
+                    token = claim.token,
+                )
+            ),
             ids = id_list(pairs.iter().map(|p| p.0)),
+            guard = self.guard_sql(protocol::HELD_SENT.guard, claim.token),
         );
         claim.conn().query_drop(sql)?;
         Ok(claim.conn().affected_rows())
@@ -373,17 +388,20 @@ impl Store {
             if !ids.is_empty() {
                 let pending: Vec<(u64, String, String, u32)> = tx.query(format!(
                     "SELECT id, biz_no, event_type, retry_count FROM {t} FORCE INDEX (PRIMARY) \
-                     WHERE id IN ({ids}) AND status = 'WAIT' FOR UPDATE SKIP LOCKED",
+                     WHERE id IN ({ids}) AND {guard} FOR UPDATE SKIP LOCKED",
                     t = self.table,
                     ids = id_list(ids.iter().copied()),
+                    guard = self.guard_sql(protocol::LOST_ROUND.guard, token),
                 ))?;
                 let err = format!("claim lost: held round {token} of {owner} ended without recording its sends");
-                let (dead, back): (Vec<_>, Vec<_>) = pending.into_iter().partition(|r| r.3 >= self.max_retry);
+                let (back, dead): (Vec<_>, Vec<_>) = pending
+                    .into_iter()
+                    .partition(|r| protocol::LOST_ROUND.attempts.admits(r.3, self.max_retry));
                 if !back.is_empty() {
                     tx.query_drop(format!(
-                        "UPDATE {t} FORCE INDEX (PRIMARY) SET retry_count = retry_count + 1, last_error = {e} WHERE id IN ({ids})",
+                        "UPDATE {t} FORCE INDEX (PRIMARY) SET {set} WHERE id IN ({ids})",
                         t = self.table,
-                        e = lit(&truncate(&err)),
+                        set = protocol_set(&protocol::LOST_ROUND, &format!("last_error = {}", lit(&truncate(&err)))),
                         ids = id_list(back.iter().map(|r| r.0)),
                     ))?;
                     found.returned += back.len() as u64;
@@ -391,10 +409,12 @@ impl Store {
                 if !dead.is_empty() {
                     let last = format!("{err}, on the last allowed attempt");
                     tx.query_drop(format!(
-                        "UPDATE {t} FORCE INDEX (PRIMARY) SET status = 'FAIL', retry_count = retry_count + 1, last_error = {e} \
-                         WHERE id IN ({ids})",
+                        "UPDATE {t} FORCE INDEX (PRIMARY) SET {set} WHERE id IN ({ids})",
                         t = self.table,
-                        e = lit(&truncate(&last)),
+                        set = protocol_set(
+                            &protocol::LOST_ROUND_LAST,
+                            &format!("last_error = {}", lit(&truncate(&last)))
+                        ),
                         ids = id_list(dead.iter().map(|r| r.0)),
                     ))?;
                     found

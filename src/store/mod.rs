@@ -19,6 +19,7 @@ use mysql::{Pool, PooledConn, Row, TxOpts};
 use crate::config::{Backoff, BackoffPolicy, Config, SentRows};
 use crate::error::Result;
 use crate::event::{parse_headers, EventId, NewEvent, OutboundEvent};
+use crate::protocol::{self, Guard, GuardContext, Transition};
 use crate::sql::{id_list, lit, opt_lit};
 
 /// Status values, as stored.
@@ -302,9 +303,10 @@ impl Store {
     fn scan_sql_with(&self, cols: &str, limit: usize, lock: bool, after: Option<&ScanPosition>) -> String {
         format!(
             "SELECT {cols} FROM {t} FORCE INDEX (idx_status_next_retry) \
-             WHERE status = 'WAIT' AND next_retry_time <= NOW(3){after} \
+             WHERE {due}{after} \
              ORDER BY next_retry_time, id LIMIT {limit}{lock}",
             t = self.table,
+            due = self.guard_sql(protocol::SCAN, 0),
             after = after.map(ScanPosition::sql).unwrap_or_default(),
             lock = if lock { " FOR UPDATE SKIP LOCKED" } else { "" },
         )
@@ -473,10 +475,9 @@ impl Store {
         }
         let claimed_ids: HashSet<EventId> = runs.iter().flatten().map(|&pos| events[pos].0.id).collect();
         tx.query_drop(format!(
-            "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3)\
-             {keys} WHERE id IN ({ids})",
+            "UPDATE {t} SET {claim}{keys} WHERE id IN ({ids})",
             t = self.table,
-            owner = lit(&self.owner),
+            claim = self.lease_claim(token),
             keys = key_assignments(events.iter().map(|(e, _)| e), &new_keys, |id| claimed_ids.contains(&id)),
             ids = id_list(runs.iter().flatten().map(|&pos| events[pos].0.id)),
         ))?;
@@ -503,14 +504,57 @@ impl Store {
         })
     }
 
-    /// The reclaim: SENDING rows whose lease has expired, in `idx_status_claimed_at` order.
-    pub fn reclaim_sql(&self, lease: Duration, limit: usize) -> String {
+    /// The assignments of a lease claim under `token`. A SENDING row's `next_retry_time` is its
+    /// lease's end (renewed with it), so the reclaim walks `idx_status_next_retry` like the scan
+    /// and the table needs no index of its own for leases.
+    fn lease_claim(&self, token: u64) -> String {
+        protocol_set(
+            &protocol::LEASE_CLAIM,
+            &format!(
+                "claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3), {end}",
+                owner = lit(&self.owner),
+                end = self.lease_end(),
+            ),
+        )
+    }
+
+    /// `next_retry_time` at the end of a lease taken or renewed now.
+    fn lease_end(&self) -> String {
         format!(
-            "SELECT id, biz_no, event_type, retry_count, claim_owner FROM {t} FORCE INDEX (idx_status_claimed_at) \
-             WHERE status = 'SENDING' AND claimed_at < NOW(3) - INTERVAL {us} MICROSECOND \
-             ORDER BY claimed_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED",
+            "next_retry_time = NOW(3) + INTERVAL {} MICROSECOND",
+            self.lease.as_micros()
+        )
+    }
+
+    /// The reclaim's candidates: SENDING rows whose lease has expired, along
+    /// `idx_status_next_retry` (a SENDING row's `next_retry_time` is its lease's end), stopping at
+    /// the first lease still running. `claimed_at` decides: a row claimed by a relay that does not
+    /// move `next_retry_time` (the seed's publisher beside this one) is in the range from its claim
+    /// on, and is taken only once its lease has expired by `claimed_at`.
+    ///
+    /// A plain read, no lock: a locking read of this range locks the first index entry past it
+    /// too (the oldest due WAIT row, when no lease has expired) until its transaction ends, and a
+    /// claim running meanwhile skips that row. [`Store::reclaim_lock_sql`] then locks the
+    /// candidates by primary key.
+    pub fn reclaim_sql(&self, limit: usize) -> String {
+        format!(
+            "SELECT id FROM {t} FORCE INDEX (idx_status_next_retry) \
+             WHERE {expired} \
+             ORDER BY next_retry_time, id LIMIT {limit}",
             t = self.table,
-            us = lease.as_micros(),
+            expired = self.guard_sql(protocol::RECLAIM.guard, 0),
+        )
+    }
+
+    /// Locks the reclaim's candidates that still hold an expired lease, by primary key (only
+    /// those rows), skipping any another transaction holds.
+    pub fn reclaim_lock_sql(&self, ids: &[EventId]) -> String {
+        format!(
+            "SELECT id, biz_no, event_type, retry_count, claim_owner FROM {t} FORCE INDEX (PRIMARY) \
+             WHERE id IN ({ids}) AND {expired} ORDER BY id FOR UPDATE SKIP LOCKED",
+            t = self.table,
+            ids = id_list(ids.iter().copied()),
+            expired = self.guard_sql(protocol::RECLAIM.guard, 0),
         )
     }
 
@@ -535,10 +579,9 @@ impl Store {
         }
         let Scanned { events, last, new_keys } = self.events_from_rows(rows);
         tx.query_drop(format!(
-            "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3)\
-             {keys} WHERE id IN ({ids})",
+            "UPDATE {t} SET {claim}{keys} WHERE id IN ({ids})",
             t = self.table,
-            owner = lit(&self.owner),
+            claim = self.lease_claim(token),
             keys = key_assignments(events.iter().map(|(e, _)| e), &new_keys, |_| true),
             ids = id_list(events.iter().map(|(e, _)| e.id)),
         ))?;
@@ -577,10 +620,9 @@ impl Store {
                 (String::new(), "")
             };
             conn.query_drop(format!(
-                "UPDATE {t} SET status = 'SENDING', claim_owner = {owner}, claim_token = {token}, claimed_at = NOW(3)\
-                 {set_key} WHERE id = {id} AND status = 'WAIT' AND retry_count = {rc}{key_unset}",
+                "UPDATE {t} SET {claim}{set_key} WHERE id = {id} AND status = 'WAIT' AND retry_count = {rc}{key_unset}",
                 t = self.table,
-                owner = lit(&self.owner),
+                claim = self.lease_claim(token),
                 id = event.id,
                 rc = event.attempt,
             ))?;
@@ -679,13 +721,35 @@ fn key_assignments<'a>(
 impl Store {
     /// The assignments of a failed attempt, under either claim: `retry_count + 1` in SQL, the
     /// next try after the configured backoff on the DB clock, the error.
+    /// (The attempt itself is the transition's: [`protocol::RETRY`], [`protocol::HELD_RETRY`].)
     fn retry_assignments(&self, error: &str) -> String {
         format!(
-            "next_retry_time = NOW(3) + INTERVAL {backoff} MICROSECOND, last_error = {err}, \
-             retry_count = retry_count + 1",
+            "next_retry_time = NOW(3) + INTERVAL {backoff} MICROSECOND, last_error = {err}",
             backoff = self.backoff_sql,
             err = lit(&truncate(error)),
         )
+    }
+
+    /// `guard` as SQL for a statement under `token` (this instance as the owner). Guards that
+    /// read no claim (the scan's, the reclaim's, a held round's: its row locks are its claim)
+    /// ignore the token; callers without one pass 0.
+    fn guard_sql(&self, guard: Guard, token: u64) -> String {
+        guard.sql(&GuardContext {
+            token,
+            owner_literal: &lit(&self.owner),
+            lease_us: self.lease.as_micros(),
+        })
+    }
+}
+
+/// A statement's SET: `rest`, then the transition's status and attempt
+/// ([`Transition::set_sql`]). In that order: MariaDB assigns left to right, and a retry's backoff
+/// reads `retry_count` before this attempt counts.
+fn protocol_set(transition: &Transition, rest: &str) -> String {
+    match (transition.set_sql(), rest) {
+        (table, "") => table,
+        (table, rest) if table.is_empty() => rest.to_string(),
+        (table, rest) => format!("{rest}, {table}"),
     }
 }
 

@@ -175,11 +175,12 @@ fn per_row_claims_are_decided_by_affected_rows() {
 fn a_late_ack_from_an_earlier_claim_changes_nothing_even_from_the_same_instance() {
     let db = TestDb::new("aba");
     let id = db.seed(1)[0];
-    let cfg = db.config();
+    let mut cfg = db.config();
+    cfg.lease = Duration::ZERO;
     let s = store(&cfg, "order-8083-a1b2c3");
     let first = s.claim_skip_locked(1).unwrap().claimed.remove(0);
-    // The lease expires (reclaim with a zero lease), and the SAME instance claims again.
-    let r = wait_reclaim(&s, Duration::ZERO);
+    // The lease (zero here) expires, and the SAME instance claims again.
+    let r = wait_reclaim(&s);
     assert_eq!(r, 1);
     let second = s.claim_skip_locked(1).unwrap().claimed.remove(0);
     assert_eq!(second.event.id, id);
@@ -216,9 +217,13 @@ fn a_seed_publisher_that_takes_over_a_stalled_claim_is_not_overwritten_by_our_la
     let claim = ours.claim_skip_locked(10).unwrap();
     assert_eq!(claim.claimed.len(), 3);
     let token = claim.claimed[0].token;
-    // Our instance stalls (GC, SIGSTOP) for 11 minutes: its claims look 11 minutes old.
-    c.query_drop("UPDATE t_event_record SET claimed_at = claimed_at - INTERVAL 11 MINUTE")
-        .unwrap();
+    // Our instance stalls (GC, SIGSTOP) for 11 minutes: its claims look 11 minutes old, and
+    // their lease's end (`next_retry_time`) is as far in the past.
+    c.query_drop(
+        "UPDATE t_event_record SET claimed_at = claimed_at - INTERVAL 11 MINUTE, \
+         next_retry_time = next_retry_time - INTERVAL 11 MINUTE",
+    )
+    .unwrap();
 
     // The seed instance: reclaimStuck (lease 10 min), scan, claim each candidate.
     let seed_owner = "order-8083-a1b2c3";
@@ -292,11 +297,11 @@ fn a_seed_publisher_that_takes_over_a_stalled_claim_is_not_overwritten_by_our_la
     assert_eq!(db.count("SUCCESS"), 3);
 }
 
-fn wait_reclaim(s: &Store, lease: Duration) -> u64 {
+fn wait_reclaim(s: &Store) -> u64 {
     let mut n = 0;
     // claimed_at has millisecond precision: the row is expired once the DB clock moves past it.
     assert!(wait_until(Duration::from_secs(5), || {
-        let r = s.reclaim_expired(lease, 100).unwrap();
+        let r = s.reclaim_expired(100).unwrap();
         n = r.returned + r.dead.len() as u64;
         n > 0
     }));
@@ -364,6 +369,7 @@ fn a_row_that_keeps_killing_its_sender_ends_fail_through_reclaims() {
     let id = db.seed(1)[0];
     let mut cfg = db.config();
     cfg.max_retry = 3;
+    cfg.lease = Duration::ZERO;
     let s = store(&cfg, "doomed-1-000000");
     let mut dead = Vec::new();
     for round in 0..=3 {
@@ -372,7 +378,7 @@ fn a_row_that_keeps_killing_its_sender_ends_fail_through_reclaims() {
         assert_eq!(c.claimed.len(), 1, "round {round}");
         let mut got = None;
         assert!(wait_until(Duration::from_secs(5), || {
-            let r = s.reclaim_expired(Duration::ZERO, 10).unwrap();
+            let r = s.reclaim_expired(10).unwrap();
             let hit = r.returned > 0 || !r.dead.is_empty();
             if hit {
                 got = Some(r);
@@ -516,4 +522,76 @@ fn insert_statement_is_the_one_the_bindings_use() {
     assert_eq!(c.event.topic, "T1");
     assert_eq!(c.event.headers.get("k").map(String::as_str), Some("v"));
     assert_eq!(c.event.payload, b"{}");
+}
+
+/// A lease claim sets `next_retry_time` to its lease's end and a renew moves it on, so the
+/// reclaim walks the scan's index; `claimed_at` still decides, so a row claimed by the seed's
+/// publisher (which leaves `next_retry_time` in the past) comes back only once its lease is over.
+#[test]
+fn the_reclaim_takes_expired_leases_only_whoever_claimed_them() {
+    let db = TestDb::new("leaseend");
+    let ids = db.seed(3);
+    let mut cfg = db.config();
+    cfg.lease = Duration::from_secs(60);
+    let s = store(&cfg, "outboxd-1-abcdef");
+    let ours = s.claim_skip_locked(1).unwrap().claimed.remove(0);
+    let mut c = db.conn();
+    let lease_left = |c: &mut mysql::PooledConn, id: u64| -> i64 {
+        c.exec_first(
+            "SELECT TIMESTAMPDIFF(SECOND, NOW(3), next_retry_time) FROM t_event_record WHERE id = ?",
+            (id,),
+        )
+        .unwrap()
+        .unwrap()
+    };
+    assert!((58..=60).contains(&lease_left(&mut c, ours.event.id)));
+    // A seed-style claim of the other two: one just now, one eleven minutes ago.
+    c.exec_drop(
+        "UPDATE t_event_record SET status = 'SENDING', claim_owner = 'order-8083-a1b2c3', claimed_at = NOW(3), \
+         next_retry_time = NOW(3) - INTERVAL 1 HOUR WHERE id IN (?, ?)",
+        (ids[1], ids[2]),
+    )
+    .unwrap();
+    c.exec_drop(
+        "UPDATE t_event_record SET claimed_at = NOW(3) - INTERVAL 11 MINUTE WHERE id = ?",
+        (ids[2],),
+    )
+    .unwrap();
+    let r = s.reclaim_expired(100).unwrap();
+    assert_eq!((r.returned, r.dead.len()), (1, 0), "only the seed claim past its lease");
+    let back: Vec<u64> = c.query("SELECT id FROM t_event_record WHERE status = 'WAIT'").unwrap();
+    assert_eq!(back, vec![ids[2]]);
+    // Our lease, renewed, ends a lease from now again; acked, the row's time is its sending.
+    c.exec_drop(
+        "UPDATE t_event_record SET next_retry_time = NOW(3) + INTERVAL 1 SECOND WHERE id = ?",
+        (ours.event.id,),
+    )
+    .unwrap();
+    assert_eq!(s.renew(ours.token, &[ours.event.id]).unwrap(), 1);
+    assert!((58..=60).contains(&lease_left(&mut c, ours.event.id)));
+    assert_eq!(s.ack(ours.token, &[(ours.event.id, None)]).unwrap(), 1);
+    assert!(lease_left(&mut c, ours.event.id) <= 0);
+}
+
+/// Regression: the reclaim's read of expired leases once locked its range with `FOR UPDATE SKIP
+/// LOCKED`, and InnoDB then also locks the first index entry past the range (with no lease
+/// expired: the oldest due WAIT row) until the reclaim's transaction ends; a claim running
+/// meanwhile skipped that row (a held stop then reported 18 released of 19, a send order began
+/// with the second row). The candidates are now read without a lock and locked by primary key.
+#[test]
+fn a_claim_during_a_reclaim_takes_every_due_row_the_oldest_first() {
+    let db = TestDb::new("reclaimlock");
+    let ids = db.seed(20);
+    let cfg = db.config();
+    let reclaimer = store(&cfg, "outboxd-1-reclaim");
+    let claimer = store(&cfg, "outboxd-2-claimer");
+    // The reclaim's transaction, open: its candidates read, nothing expired.
+    let mut conn = db.conn();
+    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
+    let candidates: Vec<u64> = tx.query(reclaimer.reclaim_sql(50)).unwrap();
+    assert!(candidates.is_empty());
+    let round = claimer.claim_skip_locked(20).unwrap();
+    let claimed: Vec<u64> = round.claimed.iter().map(|c| c.event.id).collect();
+    assert_eq!(claimed, ids, "every due row, in order, none skipped");
+    tx.commit().unwrap();
 }
