@@ -57,6 +57,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this is a database deadlock or lock wait timeout ([`is_lock_conflict`]).
+    pub fn is_lock_conflict(&self) -> bool {
+        matches!(self, Error::Db(e) if is_lock_conflict(e))
+    }
+
     /// Whether trying the same call again later can succeed because the failure was transient
     /// (connection refused or reset, timeouts, lock wait timeout, deadlock, server gone, a busy
     /// pool, a broker hiccup), as opposed to a caller mistake or a setting that stays wrong
@@ -77,6 +82,13 @@ fn migration_message(version: u32, description: &str, reason: &str) -> String {
     } else {
         format!("migration {version} ({description}) failed: {reason}")
     }
+}
+
+/// Whether a database error is a lock conflict: a deadlock (1213) or a lock wait timeout (1205).
+/// Transient, and a batch that meets one may go through whole once the other transaction has
+/// moved on.
+pub fn is_lock_conflict(e: &mysql::Error) -> bool {
+    matches!(e, mysql::Error::MySqlError(me) if me.code == 1205 || me.code == 1213)
 }
 
 /// Whether a database error is transient (see [`Error::is_retriable`]).

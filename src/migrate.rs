@@ -82,6 +82,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "create outbox_claim",
         sql: include_str!("../migrations/V13__create_outbox_claim.sql"),
     },
+    Migration {
+        version: 14,
+        description: "drop idx_status_claimed_at",
+        sql: include_str!("../migrations/V14__drop_lease_index.sql"),
+    },
 ];
 
 /// What each migration costs a live table, on MariaDB 10.11 (checked with explicit `ALGORITHM`
@@ -111,6 +116,7 @@ pub fn lock_cost(version: u32) -> &'static str {
         11 => "ADD INDEX IF NOT EXISTS on outbox_inbox_dead_letter, ALGORITHM=INPLACE, LOCK=NONE: writes go on",
         12 => "CREATE TABLE IF NOT EXISTS outbox_control: instant; nothing if the table exists",
         13 => "CREATE TABLE IF NOT EXISTS outbox_claim: instant; nothing if the table exists",
+        14 => "DROP INDEX IF EXISTS, ALGORITHM=INPLACE, LOCK=NONE: metadata only, writers go on",
         _ => "not documented",
     }
 }
@@ -159,6 +165,48 @@ const EARLIER_CHECKSUMS: &[(u32, u64)] = &[(2, 6_927_330_175_883_555_706)];
 
 const DEFAULT_TABLE: &str = "t_event_record";
 
+/// The migrations of the consuming half: the inbox (V8), the consumer dead letters (V10) and
+/// their index by group and key (V11). A consumer's database needs these alone
+/// ([`migrate_consumer`]); each is idempotent, so a database that later gets every migration
+/// (an order service that also consumes) runs them again harmlessly.
+pub const CONSUMER_MIGRATIONS: &[u32] = &[8, 10, 11];
+
+/// The name the consumer's migrations are recorded under in `outbox_schema_history` (its
+/// `table_name` column; the relay's are recorded under their outbox table).
+pub const CONSUMER_HISTORY: &str = "outbox_inbox";
+
+/// Which migrations a call applies, and under which name they are recorded.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    /// Every migration, for the outbox table named.
+    Table(&'a str),
+    /// The consumer's alone ([`CONSUMER_MIGRATIONS`]), recorded under [`CONSUMER_HISTORY`].
+    Consumer,
+}
+
+impl Scope<'_> {
+    fn history(&self) -> &str {
+        match self {
+            Scope::Table(t) => t,
+            Scope::Consumer => CONSUMER_HISTORY,
+        }
+    }
+
+    fn migrations(&self) -> impl Iterator<Item = &'static Migration> + '_ {
+        MIGRATIONS
+            .iter()
+            .filter(move |m| matches!(self, Scope::Table(_)) || CONSUMER_MIGRATIONS.contains(&m.version))
+    }
+
+    /// The migration's statements for this scope (the relay's table name in them).
+    fn sql(&self, m: &Migration) -> String {
+        match self {
+            Scope::Table(t) => m.sql.replace(DEFAULT_TABLE, t),
+            Scope::Consumer => m.sql.to_string(),
+        }
+    }
+}
+
 /// What [`migrate`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationReport {
@@ -177,6 +225,18 @@ pub fn migrate(pool: &Pool) -> Result<MigrationReport> {
 /// several instances at once: they serialise on a named lock, and applied versions are skipped.
 pub fn migrate_table(pool: &Pool, table: &str) -> Result<MigrationReport> {
     let table = crate::config::table_name("table", table)?;
+    migrate_scope(pool, Scope::Table(&table))
+}
+
+/// Applies the consuming half's pending migrations alone ([`CONSUMER_MIGRATIONS`]: the inbox and
+/// the consumer dead-letter tables), for a database that only consumes: none of the relay's
+/// tables is created. Recorded under [`CONSUMER_HISTORY`]; safe from several instances at once.
+pub fn migrate_consumer(pool: &Pool) -> Result<MigrationReport> {
+    migrate_scope(pool, Scope::Consumer)
+}
+
+fn migrate_scope(pool: &Pool, scope: Scope<'_>) -> Result<MigrationReport> {
+    let table = scope.history();
     let mut conn = pool.get_conn()?;
     conn.query_drop(
         "CREATE TABLE IF NOT EXISTS outbox_schema_history (
@@ -197,7 +257,7 @@ pub fn migrate_table(pool: &Pool, table: &str) -> Result<MigrationReport> {
             reason: format!("could not take the migration lock {lock:?} within 60 s"),
         });
     }
-    let result = apply_pending(&mut conn, &table);
+    let result = apply_pending(&mut conn, scope);
     let _: Option<i64> = conn.exec_first("SELECT RELEASE_LOCK(?)", (&lock,))?;
     result
 }
@@ -318,6 +378,16 @@ pub struct PlannedMigration {
 /// (not even creating the history table).
 pub fn plan(pool: &Pool, table: &str) -> Result<Vec<PlannedMigration>> {
     let table = crate::config::table_name("table", table)?;
+    plan_scope(pool, Scope::Table(&table))
+}
+
+/// The migrations [`migrate_consumer`] would apply, without changing anything.
+pub fn plan_consumer(pool: &Pool) -> Result<Vec<PlannedMigration>> {
+    plan_scope(pool, Scope::Consumer)
+}
+
+fn plan_scope(pool: &Pool, scope: Scope<'_>) -> Result<Vec<PlannedMigration>> {
+    let table = scope.history();
     let mut conn = pool.get_conn()?;
     let history: Option<String> = conn.query_first(
         "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
@@ -326,31 +396,32 @@ pub fn plan(pool: &Pool, table: &str) -> Result<Vec<PlannedMigration>> {
     let done: Vec<u32> = if history.is_some() {
         conn.exec(
             "SELECT version FROM outbox_schema_history WHERE table_name = ?",
-            (&table,),
+            (table,),
         )?
     } else {
         Vec::new()
     };
-    Ok(MIGRATIONS
-        .iter()
+    Ok(scope
+        .migrations()
         .filter(|m| !done.contains(&m.version))
         .map(|m| PlannedMigration {
             version: m.version,
             description: m.description,
-            statements: statements(&m.sql.replace(DEFAULT_TABLE, &table)),
+            statements: statements(&scope.sql(m)),
             lock_cost: lock_cost(m.version),
         })
         .collect())
 }
 
-fn apply_pending(conn: &mut mysql::PooledConn, table: &str) -> Result<MigrationReport> {
+fn apply_pending(conn: &mut mysql::PooledConn, scope: Scope<'_>) -> Result<MigrationReport> {
+    let table = scope.history();
     let done: Vec<(u32, u64)> = conn.exec(
         "SELECT version, checksum FROM outbox_schema_history WHERE table_name = ? ORDER BY version",
         (table,),
     )?;
     let mut applied = Vec::new();
-    for m in MIGRATIONS {
-        let sql = m.sql.replace(DEFAULT_TABLE, table);
+    for m in scope.migrations() {
+        let sql = scope.sql(m);
         let sum = checksum(m.sql);
         if let Some((_, recorded)) = done.iter().find(|(v, _)| *v == m.version) {
             if *recorded != sum && !EARLIER_CHECKSUMS.contains(&(m.version, *recorded)) {
@@ -377,7 +448,7 @@ fn apply_pending(conn: &mut mysql::PooledConn, table: &str) -> Result<MigrationR
     }
     Ok(MigrationReport {
         applied,
-        current: MIGRATIONS.last().map(|m| m.version).unwrap_or(0),
+        current: scope.migrations().last().map(|m| m.version).unwrap_or(0),
     })
 }
 

@@ -32,22 +32,9 @@ func outboxGoDeadLetter(handle C.uintptr_t, letter *C.outbox_dead_letter) {
 	})
 }
 
-// outboxGoConsume is a consumer's handler callback (outbox_consume_cb, through the trampoline in
-// consumer.go), called on a consumer thread with the lent transaction and one message.
-//
-//export outboxGoConsume
-func outboxGoConsume(handle C.uintptr_t, tx *C.outbox_tx, message *C.outbox_message, errBuf *C.char, errSize C.size_t) (rc C.int) {
-	defer containConsume(&rc, errBuf, errSize)
-	st := cgo.Handle(handle).Value().(*consumerState)
-	m, err := goMessage(message)
-	if err != nil {
-		writeCString(errBuf, errSize, err.Error())
-		return outcome(err)
-	}
-	return st.run(tx, []*Message{m}, errBuf, errSize)
-}
-
-// outboxGoConsumeBatch is a batch consumer's handler callback (outbox_consume_batch_cb).
+// outboxGoConsumeBatch is every consumer's handler callback (outbox_consume_batch_cb, through the
+// trampoline in consumer.go), called on a consumer thread with the lent transaction and the
+// batch's new messages (one, when the runtime handles a batch again one message at a time).
 //
 //export outboxGoConsumeBatch
 func outboxGoConsumeBatch(handle C.uintptr_t, tx *C.outbox_tx, messages *C.outbox_message, count C.size_t, errBuf *C.char, errSize C.size_t) (rc C.int) {

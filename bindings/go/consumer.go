@@ -5,33 +5,27 @@ package outbox
 #include <stdint.h>
 #include "outbox.h"
 
-// Declared by callback.go (//export); the trampolines turn the void* back into the handle.
-extern int outboxGoConsume(uintptr_t handle, outbox_tx *tx, outbox_message *message, char *err, size_t err_size);
+// Declared by callback.go (//export); the trampoline turns the void* back into the handle.
 extern int outboxGoConsumeBatch(uintptr_t handle, outbox_tx *tx, outbox_message *messages, size_t count,
                                 char *err, size_t err_size);
-
-static int outbox_go_consume_trampoline(void *user_data, outbox_tx *tx, const outbox_message *message,
-                                        char *err, size_t err_size) {
-	return outboxGoConsume((uintptr_t)user_data, tx, (outbox_message *)message, err, err_size);
-}
 
 static int outbox_go_consume_batch_trampoline(void *user_data, outbox_tx *tx, const outbox_message *messages,
                                               size_t count, char *err, size_t err_size) {
 	return outboxGoConsumeBatch((uintptr_t)user_data, tx, (outbox_message *)messages, count, err, err_size);
 }
 
+// Every Go consumer starts with the batch callback: a per-message handler is run on each message
+// of the call on the Go side (one cgo crossing per batch, not per message).
 static enum outbox_result outbox_go_consumer_start(const outbox_conf *conf, const char *topic, const char *group,
-                                                   int batch, uintptr_t handle, outbox_consumer **out) {
-	if (batch) {
-		return outbox_consumer_start_batch(conf, topic, group, outbox_go_consume_batch_trampoline,
-		                                   (void *)handle, out, NULL, 0);
-	}
-	return outbox_consumer_start(conf, topic, group, outbox_go_consume_trampoline, (void *)handle, out, NULL, 0);
+                                                   uintptr_t handle, outbox_consumer **out) {
+	return outbox_consumer_start_batch(conf, topic, group, outbox_go_consume_batch_trampoline, (void *)handle, out,
+	                                   NULL, 0);
 }
 */
 import "C"
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,8 +75,20 @@ type Message struct {
 // ErrInvalidArgument. It must not be kept: once the handler has returned, every call fails with
 // ErrTxFinished. One call at a time (calls from several goroutines of a handler are serialised).
 type ConsumerTx struct {
-	mu sync.Mutex
-	h  *C.outbox_tx
+	mu  sync.Mutex
+	h   *C.outbox_tx
+	ctx context.Context
+}
+
+// Context is the handler call's context: cancelled when the consumer's Stop (or Close) begins,
+// so a handler waiting on something slow (an HTTP call, a channel) can give up. A handler that
+// returns the context's error (errors.Is(err, context.Canceled)) is not charged an attempt: the
+// message is rolled back and left to the next owner of its queue.
+func (t *ConsumerTx) Context() context.Context {
+	if t.ctx == nil {
+		return context.Background()
+	}
+	return t.ctx
 }
 
 func (t *ConsumerTx) with(f func(h *C.outbox_tx) error) error {
@@ -174,7 +180,8 @@ func outcome(err error) C.int {
 	}
 	var oe *Error
 	hasCode := errors.As(err, &oe) && oe.Code != CodeOK
-	if IsTransient(err) {
+	// A handler giving up because the consumer stops: no attempt (the next owner handles it).
+	if IsTransient(err) || errors.Is(err, context.Canceled) {
 		if hasCode && oe.Code.Retriable() {
 			return C.int(oe.Code)
 		}
@@ -192,12 +199,14 @@ type consumerState struct {
 	each         func(*ConsumerTx, *Message) error
 	batch        func(*ConsumerTx, []*Message) error
 	topic, group string
+	// ctx is every handler call's context (ConsumerTx.Context), cancelled by Stop.
+	ctx context.Context
 }
 
 // run calls the handler on msgs in the lent transaction h and returns the callback's result,
 // with the error's text in errBuf.
 func (s *consumerState) run(h *C.outbox_tx, msgs []*Message, errBuf *C.char, errSize C.size_t) C.int {
-	tx := &ConsumerTx{h: h}
+	tx := &ConsumerTx{h: h, ctx: s.ctx}
 	err := s.call(tx, msgs)
 	tx.end()
 	if err == nil {
@@ -209,11 +218,14 @@ func (s *consumerState) run(h *C.outbox_tx, msgs []*Message, errBuf *C.char, err
 
 // call runs the handler on a goroutine of its own and waits for it, so that neither a panic nor
 // runtime.Goexit (t.FailNow, ...) in the handler can reach the library's frames: both end as a
-// failure of this message.
+// failure of the call. A per-message handler runs on each message of the call in turn (the
+// library calls once per batch: one cgo crossing and one goroutine per batch, not per message;
+// the first error ends the call, and the runtime handles the batch again one message per call).
 func (s *consumerState) call(tx *ConsumerTx, msgs []*Message) error {
 	done := make(chan error, 1)
 	go func() {
 		returned := false
+		current := msgs[0]
 		defer func() {
 			if returned {
 				return
@@ -224,14 +236,19 @@ func (s *consumerState) call(tx *ConsumerTx, msgs []*Message) error {
 				return
 			}
 			logFromGo(LogError, "outbox::go::consumer", fmt.Sprintf("consumer %s (topic %s): the handler panicked on key %q: %v\n%s",
-				s.group, s.topic, msgs[0].Key, p, debug.Stack()))
+				s.group, s.topic, current.Key, p, debug.Stack()))
 			done <- &handlerPanic{value: p}
 		}()
 		var err error
 		if s.batch != nil {
 			err = s.batch(tx, msgs)
 		} else {
-			err = s.each(tx, msgs[0])
+			for _, m := range msgs {
+				current = m
+				if err = s.each(tx, m); err != nil {
+					break
+				}
+			}
 		}
 		returned = true
 		done <- err
@@ -304,6 +321,20 @@ type Consumer struct {
 	h       *C.outbox_consumer
 	stopped bool
 	handle  cgo.Handle
+	// cancel cancels the handlers' context (ConsumerTx.Context) when a stop begins.
+	cancel context.CancelFunc
+}
+
+// MigrateConsumer applies the consuming half's pending migrations alone: the inbox and the
+// consumer dead-letter tables, none of the relay's (Migrate is for a database that relays). Only
+// "db.url" is read; its database must exist. Safe to run from several processes at once.
+func MigrateConsumer(cfg Config) error {
+	conf, err := newConf(cfg.Settings)
+	if err != nil {
+		return err
+	}
+	defer C.outbox_conf_free(conf)
+	return call(func() C.enum_outbox_result { return C.outbox_migrate_consumer(conf, nil, 0) })
 }
 
 // StartConsumer starts a consumer of topic for the consumer group, running handler once per
@@ -320,10 +351,11 @@ type Consumer struct {
 //
 // A copy of an event the group already processed does not run the handler (a duplicate,
 // counted). The handler runs on the consumer's threads (consumer.threads, default 4), several
-// at once: it must be safe for concurrent use. The messages of one queue are handled in order.
+// at once: it must be safe for concurrent use. The messages of one route value (consumer.route;
+// by default, of one queue) are handled in order.
 //
 // cfg.Settings holds the library's keys: "db.url" (the database of the inbox and of the
-// handler's transaction; run Migrate first), "rocketmq.namesrv", and the consumer.* and inbox.*
+// handler's transaction; run MigrateConsumer first), "rocketmq.namesrv", and the consumer.* and inbox.*
 // keys (threads, batch.max, max.attempts, backoff, start.from, tables, retention).
 // cfg.OnDeadLetter is not used by a consumer. A name server or broker that cannot be reached
 // does not fail the start: the consumer keeps trying and Stats says why (Healthy false). Errors
@@ -342,9 +374,10 @@ func StartConsumer(cfg Config, topic, group string, handler func(tx *ConsumerTx,
 }
 
 // StartBatchConsumer is StartConsumer with a handler given a batch's new messages at once, in
-// queue order, in one transaction (for handlers that write many rows in one statement): with
-// consumer.batch.max above 1 (default 128) a handler thread takes the messages waiting for it,
-// marks their keys, and calls handler with the new ones (duplicates left out). An error rolls
+// route order (consumer.route; by default queue order), in one transaction (for handlers that
+// write many rows in one statement): with consumer.batch.max above 1 (default 128) a handler
+// thread takes the messages waiting for it, marks their keys, and calls handler with the new
+// ones (duplicates left out). An error rolls
 // the whole batch back and the batch is handled again one message per call, so that only the
 // failing message is retried and parked; the outcome rules of StartConsumer apply to those
 // calls.
@@ -375,20 +408,19 @@ func startConsumer(cfg Config, topic, group string, st *consumerState) (*Consume
 	}
 	// outbox_consumer_start only reads the conf.
 	defer C.outbox_conf_free(conf)
-	batch := C.int(0)
-	if st.batch != nil {
-		batch = 1
-	}
+	var cancel context.CancelFunc
+	st.ctx, cancel = context.WithCancel(context.Background())
 	handle := cgo.NewHandle(st)
 	var h *C.outbox_consumer
 	err = call(func() C.enum_outbox_result {
-		return C.outbox_go_consumer_start(conf, ct, cg, batch, C.uintptr_t(handle), &h)
+		return C.outbox_go_consumer_start(conf, ct, cg, C.uintptr_t(handle), &h)
 	})
 	if err != nil {
+		cancel()
 		handle.Delete()
 		return nil, err
 	}
-	c := &Consumer{h: h, handle: handle}
+	c := &Consumer{h: h, handle: handle, cancel: cancel}
 	runtime.SetFinalizer(c, (*Consumer).Close)
 	return c, nil
 }
@@ -396,8 +428,9 @@ func startConsumer(cfg Config, topic, group string, st *consumerState) (*Consume
 // Stop stops the consumer: no new messages, each handler thread finishes the messages in hand,
 // offsets are committed and stored with the broker, the consumer leaves its group. It blocks
 // until then (the broker side's shutdown is given a few seconds; a handler still running is
-// waited for). Afterwards Stats reports the final counts (Stopped true). Stopping again returns
-// nil; after Close it fails with ErrStopped. Do not call it from the handler.
+// waited for; its ConsumerTx.Context is cancelled first). Afterwards Stats reports the final
+// counts (Stopped true). Stopping again returns nil; after Close it fails with ErrStopped. Do
+// not call it from the handler.
 func (c *Consumer) Stop() error {
 	c.busy.Add(1)
 	defer c.busy.Add(-1)
@@ -409,6 +442,7 @@ func (c *Consumer) Stop() error {
 	if c.stopped {
 		return nil
 	}
+	c.cancel()
 	err := call(func() C.enum_outbox_result { return C.outbox_consumer_stop(c.h) })
 	runtime.KeepAlive(c)
 	c.stopped = true
@@ -432,6 +466,7 @@ func (c *Consumer) Close() error {
 	}
 	var err error
 	if !c.stopped {
+		c.cancel()
 		err = call(func() C.enum_outbox_result { return C.outbox_consumer_stop(c.h) })
 		if errors.Is(err, ErrStopped) {
 			err = nil
@@ -474,6 +509,9 @@ type ConsumerStats struct {
 	Transactions uint64 `json:"transactions"`
 	// BatchFallbacks: batches rolled back and handled again one message per transaction.
 	BatchFallbacks uint64 `json:"batch_fallbacks"`
+	// BatchRetries: batches rolled back by a deadlock or a lock wait timeout and run again as
+	// a batch (no attempt used).
+	BatchRetries uint64 `json:"batch_retries"`
 	// InFlight: messages handed to handler threads and not yet done.
 	InFlight uint64 `json:"in_flight"`
 	// Lag: messages on the assigned queues not yet committed; nil until known (no queue

@@ -1,4 +1,4 @@
-//go:build go1.21
+//go:build cgo && go1.21
 
 package outbox
 

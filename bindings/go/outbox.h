@@ -270,9 +270,9 @@ typedef struct outbox_message {
  *
  * Optionally write why into `err` (`err_size` bytes, NUL-terminated). With batching on
  * (`consumer.batch.max` above 1), the messages waiting share one transaction: the callback runs
- * once per new message, in queue order, then one commit; a non-zero return rolls the batch back
- * and it is handled again one message per transaction. It runs on the consumer's threads,
- * several at once: it must be thread-safe.
+ * once per new message, in route order (`consumer.route`; by default queue order), then one
+ * commit; a non-zero return rolls the batch back and it is handled again one message per
+ * transaction. It runs on the consumer's threads, several at once: it must be thread-safe.
  */
 typedef int (*outbox_consume_cb)(void *user_data,
                                  struct outbox_tx *tx,
@@ -282,8 +282,9 @@ typedef int (*outbox_consume_cb)(void *user_data,
 
 /**
  * The consumer's batch handler (`outbox_consumer_start_batch`): runs once per batch with its
- * `count` new messages (duplicates left out), in queue order, inside the consumer's transaction
- * `tx`, for handlers that write many rows in one statement. Returns as `outbox_consume_cb`; a
+ * `count` new messages (duplicates left out), in route order (`consumer.route`; by default
+ * queue order), inside the consumer's transaction `tx`, for handlers that write many rows in one
+ * statement. Returns as `outbox_consume_cb`; a
  * non-zero return rolls the batch back and the callback is called again with one message at a
  * time, so only the failing message is retried and parked. `messages` is valid only during the
  * call.
@@ -429,6 +430,19 @@ void outbox_conf_free(struct outbox_conf *conf);
 enum outbox_result outbox_migrate(const struct outbox_conf *conf, char *errstr, size_t errstr_size);
 
 /**
+ * Applies the consuming half's pending migrations alone (the inbox and the consumer
+ * dead-letter tables; none of the relay's) in the database of `db.url`, which must exist: what
+ * a service that only consumes runs before `outbox_consumer_start`. Safe to run from several
+ * processes at once; applied versions are skipped. The conf is not consumed. On failure a
+ * message is written into `errstr` (if not NULL).
+ *
+ * Thread safety: safe from any thread as long as the conf is not being changed meanwhile.
+ */
+enum outbox_result outbox_migrate_consumer(const struct outbox_conf *conf,
+                                           char *errstr,
+                                           size_t errstr_size);
+
+/**
  * Marks `event_key` as processed by `consumer_group` inside `tx` (claim first: call it before
  * the handler's writes, in the same transaction). `table` is the inbox table (NULL: the default
  * `outbox_inbox`). `topic` and `msg_id` may be NULL; `queue_id` and `queue_offset` are stored
@@ -496,8 +510,8 @@ enum outbox_result outbox_consumer_start_batch(const struct outbox_conf *conf,
 /**
  * Writes the consumer's counters as JSON into `buf`: `received`, `processed`, `duplicates`,
  * `failed_attempts`, `dead_lettered`, `parked_copies`, `replayed`, `db_errors`,
- * `fallback_keys`, `transactions`, `batch_fallbacks`, `in_flight`, `lag` (null until known),
- * `healthy`, `unhealthy` (why not, or null) and `stopped`. After `outbox_consumer_stop` it
+ * `fallback_keys`, `transactions`, `batch_fallbacks`, `batch_retries`, `in_flight`, `lag` (null
+ * until known), `healthy`, `unhealthy` (why not, or null) and `stopped`. After `outbox_consumer_stop` it
  * reports the final counts (`"stopped": true`). Buffer convention as in `outbox_stats`.
  *
  * Thread safety: safe from any thread, except concurrently with `outbox_consumer_stop` or

@@ -56,6 +56,14 @@ cmp -s outbox.h ../../include/outbox.h || { echo "bindings/go: outbox.h differs 
 unformatted=$(gofmt -l .)
 [ -z "$unformatted" ] || { echo "bindings/go: not gofmt-clean: $unformatted" >&2; exit 1; }
 go vet ./...
+# Without cgo the build fails with one message that says what it needs (nocgo.go).
+nocgo=$(CGO_ENABLED=0 go build ./... 2>&1) && { echo "bindings/go: built without cgo" >&2; exit 1; }
+case "$nocgo" in
+    *outbox_needs_cgo__build_with_CGO_ENABLED_1_and_a_C_compiler*) ;;
+    *) echo "bindings/go: CGO_ENABLED=0 does not say that cgo is needed: $nocgo" >&2; exit 1 ;;
+esac
+[ "$(printf '%s\n' "$nocgo" | grep -c 'undefined:')" = 1 ] \
+    || { echo "bindings/go: CGO_ENABLED=0 reports more than the missing cgo: $nocgo" >&2; exit 1; }
 (
     cd tests
     go vet ./...

@@ -239,10 +239,30 @@ type Tx struct {
 	h  *C.outbox_tx
 }
 
-// Result of Exec.
+// Result of Exec: a database/sql Result (sql.Result), read the same way.
 type Result struct {
-	RowsAffected uint64
-	LastInsertID uint64
+	rowsAffected uint64
+	lastInsertID uint64
+}
+
+var _ sql.Result = Result{}
+
+// RowsAffected is the number of rows the statement changed (for an UPDATE, those whose values
+// changed: the server's affected rows).
+func (r Result) RowsAffected() (int64, error) {
+	return asInt64(r.rowsAffected, "rows affected")
+}
+
+// LastInsertId is the AUTO_INCREMENT value the statement generated, 0 when it generated none.
+func (r Result) LastInsertId() (int64, error) {
+	return asInt64(r.lastInsertID, "last insert id")
+}
+
+func asInt64(v uint64, what string) (int64, error) {
+	if v > math.MaxInt64 {
+		return 0, goError(CodeInvalidValue, "the %s %d does not fit an int64", what, v)
+	}
+	return int64(v), nil
 }
 
 // Begin begins a library-owned transaction. While all db.pool.max connections are in use it
@@ -349,7 +369,7 @@ func txExec(with txWith, query string, args []any) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{RowsAffected: uint64(affected), LastInsertID: uint64(id)}, nil
+	return Result{rowsAffected: uint64(affected), lastInsertID: uint64(id)}, nil
 }
 
 // txQueryInt64 is QueryInt64 on any transaction of this package (outbox_tx_query_int64).

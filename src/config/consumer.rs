@@ -36,6 +36,26 @@ pub const DEFAULT_BATCH_MAX: usize = 128;
 /// message, well under the server's packet limit.
 pub const MAX_BATCH_MAX: usize = 4096;
 
+/// Which handler thread a message goes to (`consumer.route`): messages with the same route
+/// value always go to the same thread, in the order they arrived, and a batch is handled in the
+/// order of its route values. A handler that updates rows named by the route value (a user's
+/// balance routed by `property:userId`) never has two of its transactions wait on each other's
+/// rows in one consumer, and transactions of consumers in other processes take those rows in
+/// the same order (no deadlock between them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// The event's business key (the `bizNo` property); a message without one goes by its queue.
+    BizNo,
+    /// The broker queue it came from (every message of a queue in one thread).
+    Queue,
+    /// A property the producer sets (a header of the event); a message without it goes by its
+    /// business key.
+    Property(String),
+}
+
+/// The longest property name `consumer.route` takes.
+pub const MAX_ROUTE_PROPERTY_CHARS: usize = 64;
+
 /// How a consumer runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerConfig {
@@ -73,6 +93,8 @@ pub struct ConsumerConfig {
     pub start_from: StartFrom,
     /// Messages per pull request to the broker (`consumer.pull.batch`).
     pub pull_batch: u32,
+    /// Which handler thread a message goes to (`consumer.route`).
+    pub route: Route,
 }
 
 impl ConsumerConfig {
@@ -156,5 +178,28 @@ mod tests {
         c.validate().unwrap();
         c.backoff_max = c.backoff_initial / 2;
         refused(c, "consumer.backoff.max.ms", "100");
+        let mut c = ConsumerConfig::new("g");
+        c.route = Route::Property("user id".into());
+        refused(c, "consumer.route", "property:user id");
+    }
+
+    #[test]
+    fn a_route_is_a_business_key_a_queue_or_a_named_property() {
+        let mut c = super::super::Config::default();
+        assert_eq!(c.consumer.route, Route::Queue);
+        for (text, route) in [
+            ("biz_no", Route::BizNo),
+            ("property:userId", Route::Property("userId".into())),
+            ("queue", Route::Queue),
+        ] {
+            c.set("consumer.route", text).unwrap();
+            assert_eq!(c.consumer.route, route);
+            assert_eq!(c.get("consumer.route").unwrap(), text);
+        }
+        for bad in ["user", "property:", "property:a b", "QUEUE"] {
+            let e = c.set("consumer.route", bad).unwrap_err().to_string();
+            assert!(e.contains("consumer.route") && e.contains(&format!("{bad:?}")), "{e}");
+            assert!(e.contains("biz_no, queue or property:NAME"), "{e}");
+        }
     }
 }

@@ -262,6 +262,44 @@ impl Kind for Name {
     }
 }
 
+/// `consumer.route`: `biz_no`, `queue` or `property:NAME`.
+pub(super) struct RouteKind;
+
+impl Kind for RouteKind {
+    type Value = super::consumer::Route;
+    fn parse(&self, key: &str, v: &str) -> Result<Self::Value, ConfigError> {
+        use super::consumer::{Route, MAX_ROUTE_PROPERTY_CHARS};
+        match v {
+            "biz_no" => Ok(Route::BizNo),
+            "queue" => Ok(Route::Queue),
+            _ => match v.strip_prefix("property:") {
+                Some(name) if printable(key, name, MAX_ROUTE_PROPERTY_CHARS).is_ok() => {
+                    Ok(Route::Property(name.into()))
+                }
+                _ => Err(ConfigError::invalid(
+                    key,
+                    v,
+                    format!(
+                        "must be {} (NAME: 1 to {MAX_ROUTE_PROPERTY_CHARS} characters, no spaces)",
+                        self.describe()
+                    ),
+                )),
+            },
+        }
+    }
+    fn print(&self, value: &Self::Value) -> String {
+        use super::consumer::Route;
+        match value {
+            Route::BizNo => "biz_no".into(),
+            Route::Queue => "queue".into(),
+            Route::Property(name) => format!("property:{name}"),
+        }
+    }
+    fn describe(&self) -> String {
+        "biz_no, queue or property:NAME".into()
+    }
+}
+
 /// A table name: it goes into SQL text, so identifier characters only.
 pub(super) struct TableName;
 

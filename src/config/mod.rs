@@ -18,7 +18,7 @@ mod typed;
 
 pub use console::{ConsoleConfig, DEFAULT_CONSOLE_LISTEN, MIN_TOKEN_CHARS};
 pub use consumer::{
-    ConsumerConfig, StartFrom, DEFAULT_BATCH_MAX, DEFAULT_DEAD_LETTER_TABLE, DEFAULT_INBOX_RETENTION,
+    ConsumerConfig, Route, StartFrom, DEFAULT_BATCH_MAX, DEFAULT_DEAD_LETTER_TABLE, DEFAULT_INBOX_RETENTION,
     DEFAULT_INBOX_TABLE, MAX_BATCH_MAX, MIN_INBOX_RETENTION,
 };
 pub use keys::{setting, KeyInfo, Reader, Setting, KEYS, SECRET_KEYS};

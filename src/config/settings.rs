@@ -12,7 +12,7 @@ use super::consumer::{StartFrom, DEFAULT_DEAD_LETTER_TABLE, DEFAULT_INBOX_TABLE,
 use super::keys::{settings, Reader, Setting};
 use super::kinds::{
     parse, redaction_of, AnyCase, Bool, Choice, DbUrl, Fraction, InboxRetention, Int, Kind, Listen, Millis, Name,
-    Namesrv, OptMillis, Optional, OtlpEndpoint, Secret, TableName, Text, Token, Topic,
+    Namesrv, OptMillis, Optional, OtlpEndpoint, RouteKind, Secret, TableName, Text, Token, Topic,
 };
 use super::otel::DEFAULT_OTEL_SERVICE_NAME;
 use super::typed::{
@@ -399,7 +399,14 @@ settings! {
         kind: Int(1, 256),
         default: "4",
         read_by: Consumer,
-        doc: "handler threads, each with its own database connection; a queue always goes to the same thread",
+        doc: "handler threads, each with its own database connection; a message goes to the one its consumer.route names",
+    }
+    "consumer.route" {
+        field: consumer.route,
+        kind: RouteKind,
+        default: "queue",
+        read_by: Consumer,
+        doc: "which handler thread a message goes to: queue (every message of a broker queue in one thread), biz_no (the event's business key), or property:NAME (a property the producer sets): a handler that updates shared rows (a user's balance) routes by what names them, e.g. property:userId; docs/inbox.md",
     }
     "consumer.batch.max" {
         field: consumer.batch_max,

@@ -347,6 +347,7 @@ impl Config {
                 inbox: false,
                 start_from: super::StartFrom::First,
                 pull_batch: 0,
+                route: super::Route::Queue,
             },
             console: super::ConsoleConfig {
                 enabled: false,

@@ -27,6 +27,26 @@ pub(super) enum BatchFallback {
     Commit(mysql::Error),
 }
 
+impl BatchFallback {
+    /// A deadlock or a lock wait timeout: the batch may well go through as a batch once the
+    /// other transaction has moved on (a host's handler reports it as a `LockConflict`).
+    pub(super) fn is_lock_conflict(&self) -> bool {
+        match self {
+            BatchFallback::Marking(Error::Db(e)) => crate::error::is_lock_conflict(e),
+            BatchFallback::Handler(e) => {
+                if let Some(Error::Db(e)) = e.downcast_ref::<Error>() {
+                    crate::error::is_lock_conflict(e)
+                } else if let Some(e) = e.downcast_ref::<mysql::Error>() {
+                    crate::error::is_lock_conflict(e)
+                } else {
+                    e.downcast_ref::<super::handler::LockConflict>().is_some()
+                }
+            }
+            _ => false,
+        }
+    }
+}
+
 impl fmt::Display for BatchFallback {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -9,12 +9,18 @@ use mysql::{Transaction, TxOpts};
 
 use super::dead_letter;
 use super::failure::{AttemptError, BatchFallback, Failure};
-use super::handler::{HandlerError, Transient};
+use super::handler::{HandlerError, LockConflict, Transient};
 use super::message::Message;
 use super::shared::Inner;
 use crate::error::Error;
 use crate::inbox::MessageMeta;
 use crate::telemetry::{Handled, ProcessSpans};
+
+/// How many times a batch rolled back by a lock conflict runs again as a batch before it goes
+/// one message at a time (each one message transaction retries its own conflicts).
+const BATCH_CONFLICT_RETRIES: u32 = 3;
+/// The wait before a batch runs again after its n-th lock conflict: n times this.
+const CONFLICT_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// What became of a message in a handler thread.
 pub(super) enum Done {
@@ -29,12 +35,28 @@ pub(super) enum Done {
 /// transaction when they can be, else one at a time. Returns how many are done, in order (fewer
 /// than `msgs.len()` only when the consumer stops meanwhile: the rest are not done).
 pub(super) fn handle_batch(inner: &Inner, msgs: &[Message]) -> usize {
-    if msgs.len() > 1 {
+    let mut conflicts = 0;
+    while msgs.len() > 1 {
         match attempt_batch(inner, msgs) {
             Ok(new) => {
                 inner.counters.processed.fetch_add(new, Relaxed);
                 inner.counters.duplicates.fetch_add(msgs.len() as u64 - new, Relaxed);
                 return msgs.len();
+            }
+            Err(why) if why.is_lock_conflict() && conflicts < BATCH_CONFLICT_RETRIES => {
+                // Another transaction holds rows this batch needs (its consumer in another
+                // process, or the service itself): run the batch again once it has moved on,
+                // rather than one message per transaction.
+                conflicts += 1;
+                inner.counters.batch_retries.fetch_add(1, Relaxed);
+                log::debug!(
+                    "consumer {}: a batch of {} messages is run again (lock conflict {conflicts}): {why}",
+                    inner.config.group,
+                    msgs.len()
+                );
+                if !inner.pause(CONFLICT_PAUSE * conflicts) {
+                    return 0;
+                }
             }
             Err(why) => {
                 inner.counters.batch_fallbacks.fetch_add(1, Relaxed);
@@ -43,6 +65,7 @@ pub(super) fn handle_batch(inner: &Inner, msgs: &[Message]) -> usize {
                     inner.config.group,
                     msgs.len()
                 );
+                break;
             }
         }
     }
@@ -360,7 +383,7 @@ fn run_marked(
 /// A handler error: a transient database error (ours or the driver's) or a [`Transient`] is
 /// retried without an attempt; anything else uses one.
 fn classify_handler_error(e: HandlerError) -> Failure {
-    let retriable = if e.downcast_ref::<Transient>().is_some() {
+    let retriable = if e.downcast_ref::<Transient>().is_some() || e.downcast_ref::<LockConflict>().is_some() {
         true
     } else if let Some(e) = e.downcast_ref::<Error>() {
         e.is_retriable()

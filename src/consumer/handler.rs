@@ -26,12 +26,28 @@ impl std::fmt::Display for Transient {
 
 impl std::error::Error for Transient {}
 
+/// A host handler's failure after a statement of its transaction met a lock conflict (a
+/// deadlock or a lock wait timeout): transient, like [`Transient`], and a batch that meets it
+/// runs again as a batch. The C, Java and Go bindings report it; a Rust handler returns the
+/// database error itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockConflict(pub String);
+
+impl std::fmt::Display for LockConflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (lock conflict, transient)", self.0)
+    }
+}
+
+impl std::error::Error for LockConflict {}
+
 /// The service's code for one message, run inside the transaction that holds its inbox mark.
 /// Write through `tx` only: what the handler does elsewhere (HTTP calls, files) is not undone by
 /// a rollback and may happen more than once.
 ///
 /// With batching on (`consumer.batch.max` above 1), the messages waiting on a handler thread
-/// share one transaction: the handler runs once per new message, in queue order, and one commit
+/// share one transaction: the handler runs once per new message, in the order of their route
+/// values (`consumer.route`; one value's messages in the order they came), and one commit
 /// follows. If it fails on any of them, the batch is rolled back and handled again one message
 /// per transaction, so only the failing message is retried (and charged attempts).
 pub trait Handler: Send + Sync + 'static {

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -18,7 +17,9 @@ use super::handle::handle_batch;
 use super::handler::{BatchHandler, Handler, Handling};
 use super::health::{Health, Seen};
 use super::message::Message;
+use super::offsets::Offsets;
 use super::replay::replay_loop;
+use super::route::{sort_batch, thread_of};
 use super::shared::Inner;
 use super::source::Source;
 use super::stats::ConsumerStats;
@@ -98,7 +99,7 @@ impl Consumer {
                 lag: AtomicI64::new(-1),
                 ..Counters::default()
             },
-            done: Mutex::new(HashMap::new()),
+            offsets: Mutex::new(Offsets::default()),
             health: Health::default(),
             stop_rx,
             warned: Mutex::new(HashMap::new()),
@@ -162,6 +163,8 @@ impl Consumer {
             }
         }
         flush_offsets(&self.inner, true);
+        // The final stats say how far behind the group is now, not at the last 5 s check.
+        store_lag(&self.inner);
         self.inner.source.shutdown();
         let s = self.inner.counters.snapshot(self.inner.health.problem());
         log::info!(
@@ -189,14 +192,6 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
             name: name.to_string(),
             source,
         })
-}
-
-/// The handler thread of a queue: messages are routed by queue, so each queue is handled here
-/// in offset order, one message at a time.
-fn queue_thread(queue: &QueueRef, threads: usize) -> usize {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    queue.hash(&mut h);
-    (h.finish() % threads as u64) as usize
 }
 
 /// How often the poller reads the lag and takes stock of the consumer's health.
@@ -228,7 +223,8 @@ fn poll_loop(inner: &Inner, senders: Vec<Sender<Message>>) {
                         });
                     }
                     let mut m = msg;
-                    let thread = queue_thread(&m.queue, senders.len());
+                    let thread = thread_of(&inner.config.route, &m, senders.len());
+                    inner.offsets.lock().taken(&m.queue, m.offset);
                     // Waits while that thread's queue is full, but not past a stop.
                     loop {
                         match senders[thread].send_timeout(m, Duration::from_millis(100)) {
@@ -260,11 +256,7 @@ fn poll_loop(inner: &Inner, senders: Vec<Sender<Message>>) {
         }
         if last_check.is_none_or(|t| t.elapsed() >= CHECK_EVERY) {
             last_check = Some(Instant::now());
-            let lag = inner.source.lag();
-            inner
-                .counters
-                .lag
-                .store(lag.map_or(-1, |l| l.min(i64::MAX as u64) as i64), Relaxed);
+            let lag = store_lag(inner);
             let c = &inner.counters;
             inner.health.check(Seen {
                 source: inner.source.health(),
@@ -278,16 +270,26 @@ fn poll_loop(inner: &Inner, senders: Vec<Sender<Message>>) {
     // Dropping the senders ends the handler threads once they finish the message in hand.
 }
 
-/// Commits the offsets the handler threads reached since the last call.
+/// Reads the group's lag from the source into the counters (-1: unknown).
+fn store_lag(inner: &Inner) -> Option<u64> {
+    let lag = inner.source.lag();
+    inner
+        .counters
+        .lag
+        .store(lag.map_or(-1, |l| l.min(i64::MAX as u64) as i64), Relaxed);
+    lag
+}
+
+/// Commits the offsets that moved since the last call.
 fn flush_offsets(inner: &Inner, persist: bool) {
-    let offsets: Vec<(QueueRef, u64)> = inner.done.lock().drain().collect();
+    let offsets: Vec<(QueueRef, u64)> = inner.offsets.lock().moved();
     if !offsets.is_empty() || persist {
         inner.source.commit(&offsets, persist);
     }
 }
 
 /// A handler thread: takes the messages waiting for it (up to `batch_max`, never waiting for
-/// more) and handles them, then records how far each queue got.
+/// more), handles them in the order of their route values, then records which are done.
 fn handler_loop(inner: &Inner, rx: &Receiver<Message>) {
     let mut batch: Vec<Message> = Vec::with_capacity(inner.config.batch_max);
     loop {
@@ -302,12 +304,12 @@ fn handler_loop(inner: &Inner, rx: &Receiver<Message>) {
                 Err(_) => break,
             }
         }
+        sort_batch(&inner.config.route, &mut batch);
         let done = handle_batch(inner, &batch);
         {
-            // A queue's messages are in offset order: the last one done sets its next offset.
-            let mut offsets = inner.done.lock();
+            let mut offsets = inner.offsets.lock();
             for m in &batch[..done] {
-                offsets.insert(m.queue.clone(), m.offset + 1);
+                offsets.done(&m.queue, m.offset);
             }
         }
         inner.counters.done.fetch_add(done as u64, Relaxed);

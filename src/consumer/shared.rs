@@ -1,5 +1,5 @@
 //! What a consumer's threads share ([`Inner`]): the configuration, the pool, the inbox, the
-//! source and the handler, the counters, the offsets reached, the stop signal, and rate-limited
+//! source and the handler, the counters, the offsets in hand, the stop signal, and rate-limited
 //! warnings.
 
 use std::collections::HashMap;
@@ -12,11 +12,11 @@ use parking_lot::Mutex;
 
 use super::handler::Handling;
 use super::health::Health;
+use super::offsets::Offsets;
 use super::source::Source;
 use super::stats::Counters;
 use crate::config::ConsumerConfig;
 use crate::inbox::Inbox;
-use crate::wire::QueueRef;
 
 pub(super) struct Inner {
     pub(super) config: ConsumerConfig,
@@ -28,8 +28,8 @@ pub(super) struct Inner {
     /// `Inbox::mark_many`.
     pub(super) returning: bool,
     pub(super) counters: Counters,
-    /// Per queue, the next offset to commit (every message before it is done).
-    pub(super) done: Mutex<HashMap<QueueRef, u64>>,
+    /// Per queue, the offsets in hand and the next offset to commit.
+    pub(super) offsets: Mutex<Offsets>,
     /// Disconnected when the consumer stops: every wait selects on it.
     pub(super) stop_rx: Receiver<()>,
     /// Whether it can take messages now.

@@ -31,6 +31,9 @@ pub struct ConsumerStats {
     /// Batches rolled back and handled again one message per transaction (a handler failure, a
     /// database failure, or, on servers without `INSERT ... RETURNING`, a key already marked).
     pub batch_fallbacks: u64,
+    /// Batches rolled back by a lock conflict (a deadlock or a lock wait timeout, also inside the
+    /// handler) and run again as a batch: each is counted, none used an attempt.
+    pub batch_retries: u64,
     /// Messages handed to handler threads and not yet done.
     pub in_flight: u64,
     /// Messages on the assigned queues not yet committed (`None` until known: no queue assigned
@@ -87,7 +90,7 @@ impl ConsumerStats {
             "failed_attempts": self.failed_attempts, "dead_lettered": self.dead_lettered,
             "parked_copies": self.parked_copies, "replayed": self.replayed, "db_errors": self.db_errors,
             "fallback_keys": self.fallback_keys, "transactions": self.transactions,
-            "batch_fallbacks": self.batch_fallbacks, "in_flight": self.in_flight, "lag": self.lag,
+            "batch_fallbacks": self.batch_fallbacks, "batch_retries": self.batch_retries, "in_flight": self.in_flight, "lag": self.lag,
             "healthy": self.healthy(), "unhealthy": self.unhealthy, "stopped": stopped,
             "credited": {
                 "count": self.credited.count, "sum_ms": self.credited.sum_ms,
@@ -179,6 +182,12 @@ impl ConsumerStats {
             self.batch_fallbacks,
         );
         metric(
+            "outbox_consumer_batch_retries_total",
+            "counter",
+            "Batches rolled back by a deadlock or a lock wait timeout and run again as a batch.",
+            self.batch_retries,
+        );
+        metric(
             "outbox_consumer_healthy",
             "gauge",
             "1 while the consumer can take messages (0: the broker side cannot be reached).",
@@ -264,6 +273,7 @@ pub(super) struct Counters {
     pub(super) fallback_keys: AtomicU64,
     pub(super) transactions: AtomicU64,
     pub(super) batch_fallbacks: AtomicU64,
+    pub(super) batch_retries: AtomicU64,
     pub(super) done: AtomicU64,
     /// -1: unknown.
     pub(super) lag: AtomicI64,
@@ -287,6 +297,7 @@ impl Counters {
             fallback_keys: self.fallback_keys.load(Relaxed),
             transactions: self.transactions.load(Relaxed),
             batch_fallbacks: self.batch_fallbacks.load(Relaxed),
+            batch_retries: self.batch_retries.load(Relaxed),
             in_flight: received.saturating_sub(self.done.load(Relaxed)),
             lag: u64::try_from(lag).ok(),
             unhealthy,

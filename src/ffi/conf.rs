@@ -143,3 +143,22 @@ pub unsafe extern "C" fn outbox_migrate(
         Ok(())
     })
 }
+
+/// Applies the consuming half's pending migrations alone (the inbox and the consumer
+/// dead-letter tables; none of the relay's) in the database of `db.url`, which must exist: what
+/// a service that only consumes runs before `outbox_consumer_start`. Safe to run from several
+/// processes at once; applied versions are skipped. The conf is not consumed. On failure a
+/// message is written into `errstr` (if not NULL).
+///
+/// Thread safety: safe from any thread as long as the conf is not being changed meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_migrate_consumer(
+    conf: *const outbox_conf,
+    errstr: *mut c_char,
+    errstr_size: usize,
+) -> outbox_result {
+    ffi_boundary!(errstr(errstr, errstr_size), nonnull(conf) {
+        crate::host::consumer::migrate_consumer(&(*conf).config)?;
+        Ok(())
+    })
+}

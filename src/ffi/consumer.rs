@@ -10,7 +10,7 @@ use super::boundary::{arg_opt_str, arg_str, ffi_boundary, write_string_out, Fail
 use super::conf::outbox_conf;
 use super::result::outbox_result::{self, *};
 use super::tx::outbox_tx;
-use crate::consumer::{BatchHandler, Handler, HandlerError, Message, Transient};
+use crate::consumer::{BatchHandler, Handler, HandlerError, Message};
 use crate::host::consumer::{self as host_consumer, Handling, HostConsumer};
 use crate::host::tx::HostTx;
 use crate::inbox::MessageMeta;
@@ -90,9 +90,9 @@ pub struct outbox_message {
 ///
 /// Optionally write why into `err` (`err_size` bytes, NUL-terminated). With batching on
 /// (`consumer.batch.max` above 1), the messages waiting share one transaction: the callback runs
-/// once per new message, in queue order, then one commit; a non-zero return rolls the batch back
-/// and it is handled again one message per transaction. It runs on the consumer's threads,
-/// several at once: it must be thread-safe.
+/// once per new message, in route order (`consumer.route`; by default queue order), then one
+/// commit; a non-zero return rolls the batch back and it is handled again one message per
+/// transaction. It runs on the consumer's threads, several at once: it must be thread-safe.
 pub type outbox_consume_cb = Option<
     unsafe extern "C" fn(
         user_data: *mut c_void,
@@ -104,8 +104,9 @@ pub type outbox_consume_cb = Option<
 >;
 
 /// The consumer's batch handler (`outbox_consumer_start_batch`): runs once per batch with its
-/// `count` new messages (duplicates left out), in queue order, inside the consumer's transaction
-/// `tx`, for handlers that write many rows in one statement. Returns as `outbox_consume_cb`; a
+/// `count` new messages (duplicates left out), in route order (`consumer.route`; by default
+/// queue order), inside the consumer's transaction `tx`, for handlers that write many rows in one
+/// statement. Returns as `outbox_consume_cb`; a
 /// non-zero return rolls the batch back and the callback is called again with one message at a
 /// time, so only the failing message is retried and parked. `messages` is valid only during the
 /// call.
@@ -260,11 +261,11 @@ fn call_handler(
         format!("handler returned {rc}: {text}")
     };
     let retriable = outbox_result::from_code(rc).is_some_and(outbox_result::is_retriable);
-    Err(if retriable || lent.tx.saw_transient_failure() {
-        Box::new(Transient(what))
-    } else {
-        what.into()
-    })
+    Err(crate::host::consumer::handler_failure(
+        what,
+        retriable,
+        lent.tx.transient_failure(),
+    ))
 }
 
 /// The NUL-terminated copies a message's C view points into.
@@ -309,8 +310,8 @@ impl MessageTexts {
 
 /// Writes the consumer's counters as JSON into `buf`: `received`, `processed`, `duplicates`,
 /// `failed_attempts`, `dead_lettered`, `parked_copies`, `replayed`, `db_errors`,
-/// `fallback_keys`, `transactions`, `batch_fallbacks`, `in_flight`, `lag` (null until known),
-/// `healthy`, `unhealthy` (why not, or null) and `stopped`. After `outbox_consumer_stop` it
+/// `fallback_keys`, `transactions`, `batch_fallbacks`, `batch_retries`, `in_flight`, `lag` (null
+/// until known), `healthy`, `unhealthy` (why not, or null) and `stopped`. After `outbox_consumer_stop` it
 /// reports the final counts (`"stopped": true`). Buffer convention as in `outbox_stats`.
 ///
 /// Thread safety: safe from any thread, except concurrently with `outbox_consumer_stop` or

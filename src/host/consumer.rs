@@ -10,8 +10,9 @@ use parking_lot::{Condvar, Mutex};
 use super::error::HostResult;
 use super::relay::require_db_url;
 use super::start::source_for;
+use super::tx::Transience;
 use crate::config::Config;
-use crate::consumer::{BatchHandler, Consumer, ConsumerStats, Handler};
+use crate::consumer::{BatchHandler, Consumer, ConsumerStats, Handler, HandlerError, LockConflict, Transient};
 use crate::error::Error;
 use crate::event::MAX_TOPIC_CHARS;
 
@@ -113,5 +114,25 @@ impl HostConsumer {
                 }
             }
         }
+    }
+}
+
+/// Applies the consuming half's pending migrations (the inbox and the consumer dead-letter
+/// tables, nothing of the relay's) in the database of `db.url`, which is required.
+pub(crate) fn migrate_consumer(config: &Config) -> HostResult<crate::migrate::MigrationReport> {
+    require_db_url(config)?;
+    let pool = crate::db::connect(config)?;
+    Ok(crate::migrate::migrate_consumer(&pool)?)
+}
+
+/// The error a host binding's handler failure becomes: a [`LockConflict`] or a [`Transient`]
+/// when a statement through the lent transaction failed that way (or the host says the failure
+/// is transient), else the host's words as they are.
+pub(crate) fn handler_failure(what: String, host_says_transient: bool, seen: Option<Transience>) -> HandlerError {
+    match seen {
+        Some(Transience::LockConflict) => Box::new(LockConflict(what)),
+        Some(Transience::Other) => Box::new(Transient(what)),
+        None if host_says_transient => Box::new(Transient(what)),
+        None => what.into(),
     }
 }

@@ -49,4 +49,9 @@ impl HostError {
     pub(crate) fn is_retriable(&self) -> bool {
         matches!(self, HostError::Core(e) if e.is_retriable())
     }
+
+    /// Whether this is a deadlock or a lock wait timeout (see [`Error::is_lock_conflict`]).
+    pub(crate) fn is_lock_conflict(&self) -> bool {
+        matches!(self, HostError::Core(e) if e.is_lock_conflict())
+    }
 }

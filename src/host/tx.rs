@@ -29,8 +29,17 @@ enum Kind {
     /// once a statement through it failed with a transient database error.
     Lent {
         tx: *mut Transaction<'static>,
-        transient: bool,
+        transient: Option<Transience>,
     },
+}
+
+/// How a statement through a lent transaction failed transiently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transience {
+    /// A deadlock or a lock wait timeout.
+    LockConflict,
+    /// Any other transient failure (a lost connection, a server going read-only).
+    Other,
 }
 
 // SAFETY: an owned transaction is `Send` (its parts are). A lent one is used only while its
@@ -57,7 +66,7 @@ impl HostTx {
         HostTx {
             kind: Kind::Lent {
                 tx: (tx as *mut Transaction<'_>).cast(),
-                transient: false,
+                transient: None,
             },
         }
     }
@@ -68,9 +77,12 @@ impl HostTx {
     }
 
     /// Whether a statement through this lent transaction failed with a transient database error
-    /// (a lock wait timeout, a deadlock, a lost connection).
-    pub(crate) fn saw_transient_failure(&self) -> bool {
-        matches!(self.kind, Kind::Lent { transient: true, .. })
+    /// (a lock wait timeout, a deadlock, a lost connection), and which kind first.
+    pub(crate) fn transient_failure(&self) -> Option<Transience> {
+        match self.kind {
+            Kind::Lent { transient, .. } => transient,
+            Kind::Owned { .. } => None,
+        }
     }
 
     /// Runs one statement; the affected row count and the last insert id (0 when none).
@@ -169,8 +181,12 @@ impl HostTx {
     fn run<T>(&mut self, f: impl FnOnce(&mut Transaction<'static>) -> HostResult<T>) -> HostResult<T> {
         let result = f(self.live()?);
         if let (Err(e), Kind::Lent { transient, .. }) = (&result, &mut self.kind) {
-            if e.is_retriable() {
-                *transient = true;
+            if e.is_retriable() && transient.is_none() {
+                *transient = Some(if e.is_lock_conflict() {
+                    Transience::LockConflict
+                } else {
+                    Transience::Other
+                });
             }
         }
         result

@@ -35,7 +35,7 @@ use super::args::{config_from, jstr, string};
 use super::boundary::{jni_entry, string_array, Failure, JResult, PKG};
 use super::handles;
 use crate::consumer::{BatchHandler, Handler, HandlerError, Message, Transient};
-use crate::host::consumer::{self as host_consumer, Handling, HostConsumer};
+use crate::host::consumer::{self as host_consumer, handler_failure, Handling, HostConsumer};
 
 static CONSUMERS: LazyLock<Mutex<HashMap<i64, Arc<HostConsumer>>>> = LazyLock::new(Default::default);
 
@@ -205,14 +205,15 @@ impl JavaHandler {
             // A statement failed transiently and the handler carried on: the transaction may be
             // gone (a deadlock rolls it back whole, later statements would autocommit), so it is
             // not committed but rolled back and tried again.
-            Outcome::Returned if saw_transient => Err(Box::new(Transient(
+            Outcome::Returned if saw_transient.is_some() => Err(handler_failure(
                 "a statement through the consumer's transaction failed transiently (a lock wait timeout, a \
                  deadlock or a lost connection) and the handler returned anyway: rolled back and retried"
                     .into(),
-            ))),
+                true,
+                saw_transient,
+            )),
             Outcome::Returned => Ok(()),
-            Outcome::Threw { why, transient } if transient || saw_transient => Err(Box::new(Transient(why))),
-            Outcome::Threw { why, .. } => Err(why.into()),
+            Outcome::Threw { why, transient } => Err(handler_failure(why, transient, saw_transient)),
             Outcome::Broken(why) => Err(why.into()),
         }
     }

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use super::boundary::{Failure, JResult};
 use crate::host::error::{HostError, HostResult};
 use crate::host::relay::HostRelay;
-use crate::host::tx::HostTx;
+use crate::host::tx::{HostTx, Transience};
 
 static NEXT: AtomicI64 = AtomicI64::new(1);
 static RELAYS: LazyLock<Mutex<HashMap<i64, Arc<HostRelay>>>> = LazyLock::new(Default::default);
@@ -106,7 +106,7 @@ pub(crate) fn end_tx(handle: i64, f: impl FnOnce(&mut HostTx) -> HostResult<()>)
 /// returns (or unwinds): then the handle is revoked, waiting for a statement still running on it
 /// from another thread. Returns `f`'s value and whether a statement through the handle failed
 /// with a transient database error (a lock wait timeout, a deadlock, a lost connection).
-pub(crate) fn lend_tx<R>(tx: &mut Transaction<'_>, f: impl FnOnce(i64) -> R) -> (R, bool) {
+pub(crate) fn lend_tx<R>(tx: &mut Transaction<'_>, f: impl FnOnce(i64) -> R) -> (R, Option<Transience>) {
     /// Revokes the handle when dropped, so an unwinding `f` cannot leave it usable.
     struct Revoke(i64, Arc<TxEntry>);
     impl Drop for Revoke {
@@ -120,7 +120,7 @@ pub(crate) fn lend_tx<R>(tx: &mut Transaction<'_>, f: impl FnOnce(i64) -> R) -> 
     let (handle, entry) = insert_tx(unsafe { HostTx::lent(tx) }, true);
     let revoke = Revoke(handle, entry);
     let value = f(handle);
-    let transient = revoke.1.tx.lock().as_ref().is_some_and(HostTx::saw_transient_failure);
+    let transient = revoke.1.tx.lock().as_ref().and_then(HostTx::transient_failure);
     drop(revoke);
     (value, transient)
 }

@@ -204,6 +204,14 @@ jni_entry! {
 }
 
 jni_entry! {
+    /// Applies the consuming half's pending migrations alone; `[current, applied...]`.
+    fn Java_io_outbox_Native_migrateConsumerConfig(keys: JObjectArray<'l>, values: JObjectArray<'l>) -> jintArray = null_mut(), |env| {
+        let report = crate::host::consumer::migrate_consumer(&config_from(env, &keys, &values)?)?;
+        migration_array(env, &report)
+    }
+}
+
+jni_entry! {
     /// Handles live in this process: `[relays, transactions, consumers]` (for tests of the
     /// Cleaner backstop).
     fn Java_io_outbox_Native_liveHandles() -> jlongArray = null_mut(), |env| {

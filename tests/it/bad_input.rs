@@ -121,6 +121,7 @@ const BAD_VALUES: &[(&str, &[&str])] = &[
     ("consumer.replay.interval.ms", &["0", "3600001", "2s"]),
     ("consumer.inbox", &["", "maybe", "2"]),
     ("consumer.start.from", &["", "middle", "FIRST", "latest"]),
+    ("consumer.route", &["", "user", "QUEUE", "property:", "property:a b", "bizno"]),
     ("otel.exporter.otlp.endpoint", &["collector:4318", "ftp://x", "http://", "http:// spaced"]),
     ("otel.service.name", &["", "a\tb"]),
     ("console.enabled", &["", "maybe", "2"]),

@@ -26,6 +26,8 @@ pub(crate) struct MemSource {
     /// Polls that found nothing pending: the poller comes back to poll only after it handed
     /// every message of the previous poll to a handler thread.
     empty_polls: AtomicUsize,
+    /// What `lag` answers.
+    lag: Mutex<Option<u64>>,
 }
 
 impl MemSource {
@@ -68,6 +70,10 @@ impl Source for MemSource {
         for (q, o) in next_offsets {
             c.push((q.clone(), *o, persist));
         }
+    }
+
+    fn lag(&self) -> Option<u64> {
+        *self.lag.lock()
     }
 
     fn shutdown(&self) {
@@ -277,7 +283,9 @@ fn a_failing_handler_is_retried_then_parked_and_a_replay_handles_it_once() {
         wait_until(LONG, || src.committed().get(&queue(0)) == Some(&4)),
         "the queue moved on past the parked message"
     );
-    let orders: Vec<String> = credits(&db).into_iter().map(|(o, _)| o).collect();
+    // (ORD-4 may be credited before ORD-2's retry: another order, so maybe another thread.)
+    let mut orders: Vec<String> = credits(&db).into_iter().map(|(o, _)| o).collect();
+    orders.sort();
     assert_eq!(
         orders,
         ["ORD-1", "ORD-2", "ORD-4"],
@@ -328,8 +336,11 @@ fn a_failing_handler_is_retried_then_parked_and_a_replay_handles_it_once() {
     assert!(dead_letter::list(&db.pool, dead_letter::DEFAULT_TABLE, None, None, 10)
         .unwrap()
         .is_empty());
-    let orders: Vec<String> = credits(&db).into_iter().map(|(o, _)| o).collect();
-    assert_eq!(orders, ["ORD-1", "ORD-2", "ORD-4", "ORD-3"]);
+    // The replayed order last, each once.
+    let mut orders: Vec<String> = credits(&db).into_iter().map(|(o, _)| o).collect();
+    assert_eq!(orders.pop().as_deref(), Some("ORD-3"));
+    orders.sort();
+    assert_eq!(orders, ["ORD-1", "ORD-2", "ORD-4"]);
 }
 
 #[test]
@@ -577,9 +588,15 @@ fn waiting_messages_commit_as_one_batch_each_key_handled_once_and_offsets_after_
     // The gate alone (a lone message is not held back to fill a batch), then 64, then 36.
     assert_eq!(stats.transactions, 3, "{stats:?}");
     assert_eq!(stats.batch_fallbacks, 0);
-    // The handler ran once per new key, in queue order, each before its batch committed.
+    // The handler ran once per new key, each batch in the order of its route values (its
+    // queues, by default; each queue in offset order), each before its batch committed.
     let expected: Vec<(u32, u64)> = rest
-        .iter()
+        .chunks(64)
+        .flat_map(|batch| {
+            let mut batch = batch.to_vec();
+            batch.sort_by_key(|m| m.queue.queue_id);
+            batch
+        })
         .filter(|m| m.key != "old" && !(m.key == "dup" && m.biz_no() == Some("ORD-70")))
         .map(|m| (m.queue.queue_id, m.offset))
         .collect();
@@ -785,4 +802,136 @@ fn a_copy_of_a_parked_key_joins_its_dead_letter_after_one_attempt() {
     assert!(dl[0].last_error.contains("a later copy"), "{}", dl[0].last_error);
     assert_eq!(src.committed()[&queue(0)], 3, "the queue moved on past the copies");
     assert_eq!(credits(&db), [("ORD-F".to_string(), 2)]);
+}
+
+/// The points service's tables with a shared row per user: a credit per order and a balance.
+fn balances_table(db: &TestDb, users: u32) {
+    let mut c = db.conn();
+    c.query_drop("CREATE TABLE balances (user_id VARCHAR(16) PRIMARY KEY, points BIGINT NOT NULL)")
+        .unwrap();
+    for u in 0..users {
+        c.exec_drop("INSERT INTO balances VALUES (?, 0)", (format!("u{u}"),))
+            .unwrap();
+    }
+}
+
+/// An order event of user `u{user}` (the `userId` header the order service sets).
+fn user_message(q: u32, offset: u64, user: u32) -> Message {
+    let mut m = order_message(q, offset, &format!("k{q}-{offset}"), &format!("ORD-{q}-{offset}"), 1);
+    m.properties.insert("userId".into(), format!("u{user}"));
+    m
+}
+
+/// Credits the order and adds its amount to the user's balance: the row every order of the
+/// user updates.
+fn credit_and_add(tx: &mut mysql::Transaction<'_>, msg: &Message) -> Result<(), HandlerError> {
+    credit(tx, msg)?;
+    tx.exec_drop(
+        "UPDATE balances SET points = points + 1 WHERE user_id = ?",
+        (msg.property("userId").unwrap(),),
+    )?;
+    Ok(())
+}
+
+fn balances(db: &TestDb) -> Vec<(String, i64)> {
+    db.conn()
+        .query("SELECT user_id, points FROM balances ORDER BY user_id")
+        .unwrap()
+}
+
+#[test]
+fn handler_threads_routed_by_user_never_wait_on_each_other_s_balances() {
+    let db = TestDb::new("cons_route");
+    points_table(&db);
+    balances_table(&db, 20);
+    // 2 400 orders of 20 users over 8 queues: every queue holds every user.
+    let msgs: Vec<Message> = (0..2400u64)
+        .map(|i| user_message((i % 8) as u32, i / 8, (i % 20) as u32))
+        .collect();
+    let src = MemSource::with(msgs);
+    let mut cfg = config("points-route");
+    cfg.threads = 4;
+    cfg.route = outbox::config::Route::Property("userId".into());
+    let consumer = Consumer::start(cfg, db.pool.clone(), src.clone(), Arc::new(credit_and_add)).unwrap();
+    assert!(wait_until(LONG, || consumer.stats().processed == 2400));
+    let stats = consumer.stop();
+    // One user's orders in one thread: no batch met another's locks, none went one at a time.
+    assert_eq!(
+        (stats.batch_retries, stats.batch_fallbacks, stats.db_errors),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+    assert!(stats.transactions < 2400, "batches: {stats:?}");
+    let expected: Vec<(String, i64)> = {
+        let mut v: Vec<(String, i64)> = (0..20).map(|u| (format!("u{u}"), 120)).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(balances(&db), expected);
+    assert_eq!(credits(&db).len(), 2400);
+    for q in 0..8 {
+        assert_eq!(
+            src.committed()[&queue(q)],
+            300,
+            "queue {q} committed past its last message"
+        );
+    }
+}
+
+#[test]
+fn a_batch_that_meets_a_lock_wait_timeout_runs_again_as_a_batch() {
+    let db = TestDb::new("cons_conflict");
+    points_table(&db);
+    balances_table(&db, 4);
+    // The service itself holds user u0's balance row (an open transaction elsewhere).
+    let mut blocker = db.conn();
+    blocker.query_drop("START TRANSACTION").unwrap();
+    blocker
+        .query_drop("SELECT points FROM balances WHERE user_id = 'u0' FOR UPDATE")
+        .unwrap();
+    let msgs: Vec<Message> = (0..40u64).map(|i| user_message(0, i, (i % 4) as u32)).collect();
+    let (src, gate) = Gate::new(msgs);
+    let gate2 = gate.clone();
+    let handler = move |tx: &mut mysql::Transaction<'_>, m: &Message| -> Result<(), HandlerError> {
+        gate2.pass(m);
+        if m.key == Gate::KEY {
+            return credit(tx, m);
+        }
+        // A short lock wait for the test (the server's default is 50 s).
+        tx.query_drop("SET SESSION innodb_lock_wait_timeout = 1")?;
+        credit_and_add(tx, m)
+    };
+    let mut cfg = batch_config("points-conflict", 64);
+    cfg.threads = 1;
+    let consumer = Consumer::start(cfg, db.pool.clone(), src.clone(), Arc::new(handler)).unwrap();
+    // The batch times out on u0's row, is rolled back and runs again as a batch; once the
+    // blocker is gone it commits whole.
+    assert!(wait_until(LONG, || consumer.stats().batch_retries >= 1));
+    blocker.query_drop("COMMIT").unwrap();
+    assert!(wait_until(LONG, || consumer.stats().processed == 41));
+    let stats = consumer.stop();
+    assert_eq!(stats.batch_fallbacks, 0, "{stats:?}");
+    assert_eq!(stats.failed_attempts, 0, "a lock conflict uses no attempt: {stats:?}");
+    // The gate alone, then the 40 in one transaction.
+    assert_eq!(stats.transactions, 2, "{stats:?}");
+    assert_eq!(balances(&db).iter().map(|(_, p)| p).sum::<i64>(), 40);
+}
+
+#[test]
+fn the_final_stats_report_the_lag_as_it_is_at_stop() {
+    let db = TestDb::new("cons_lag");
+    points_table(&db);
+    let src = MemSource::with(
+        (0..10)
+            .map(|o| order_message(0, o, &format!("k{o}"), "ORD-L", 1))
+            .collect(),
+    );
+    *src.lag.lock() = Some(500);
+    let consumer = Consumer::start(config("points-lag"), db.pool.clone(), src.clone(), Arc::new(credit)).unwrap();
+    // The first check reads the lag at once; the next would be 5 s later.
+    assert!(wait_until(LONG, || consumer.stats().lag == Some(500)));
+    assert!(wait_until(LONG, || consumer.stats().processed == 10));
+    *src.lag.lock() = Some(0);
+    let stats = consumer.stop();
+    assert_eq!(stats.lag, Some(0), "read at stop, not 5 s before: {stats:?}");
 }

@@ -291,10 +291,7 @@ fn scan_and_reclaim_are_index_range_scans_on_a_large_table() {
             "idx_status_next_retry",
         ),
         (store.scan_sql(20, false), "idx_status_next_retry"),
-        (
-            store.reclaim_sql(Duration::from_secs(600), 500),
-            "idx_status_claimed_at",
-        ),
+        (store.reclaim_sql(500), "idx_status_next_retry"),
         (ordered.scan_sql(100, true), "idx_status_next_retry"),
     ] {
         let plan = explain(&db, &sql);
@@ -336,4 +333,36 @@ fn scan_and_reclaim_are_index_range_scans_on_a_large_table() {
         total <= 100,
         "scan read {total} rows with 100 050 in the table: {reads:?}"
     );
+}
+
+#[test]
+fn a_consumer_only_database_gets_the_inbox_and_dead_letter_tables_alone() {
+    let db = TestDb::empty("consumer_only");
+    let tables = |db: &TestDb| -> Vec<String> {
+        db.conn()
+            .query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() ORDER BY 1")
+            .unwrap()
+    };
+    let pending: Vec<u32> = outbox::migrate::plan_consumer(&db.pool)
+        .unwrap()
+        .iter()
+        .map(|p| p.version)
+        .collect();
+    assert_eq!(pending, outbox::migrate::CONSUMER_MIGRATIONS);
+    assert!(tables(&db).is_empty(), "the plan changed nothing");
+    let r = outbox::migrate_consumer(&db.pool).unwrap();
+    assert_eq!((r.applied.as_slice(), r.current), (&[8, 10, 11][..], 11));
+    assert_eq!(
+        tables(&db),
+        ["outbox_inbox", "outbox_inbox_dead_letter", "outbox_schema_history"],
+        "none of the relay's tables"
+    );
+    // A consumer starts its checks on it; a second run has nothing to do.
+    outbox::consumer::Consumer::check(&outbox::consumer::ConsumerConfig::new("points"), &db.pool).unwrap();
+    assert!(outbox::migrate_consumer(&db.pool).unwrap().applied.is_empty());
+    assert!(outbox::migrate::plan_consumer(&db.pool).unwrap().is_empty());
+    // The same database relaying later gets every migration (the consumer's run again, harmlessly).
+    let all = outbox::migrate(&db.pool).unwrap();
+    assert_eq!(all.applied.len(), outbox::migrate::MIGRATIONS.len());
+    assert!(tables(&db).contains(&"t_event_record".to_string()));
 }

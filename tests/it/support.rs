@@ -16,7 +16,8 @@ pub fn server_url() -> String {
     std::env::var("OUTBOX_TEST_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
 }
 
-/// A database of its own for one test, migrated, dropped when the value is dropped.
+/// A database of its own for one test, migrated ([`TestDb::new`]) or empty, dropped when the
+/// value is dropped.
 pub struct TestDb {
     pub name: String,
     pub url: String,
@@ -25,6 +26,13 @@ pub struct TestDb {
 
 impl TestDb {
     pub fn new(tag: &str) -> TestDb {
+        let db = TestDb::empty(tag);
+        outbox::migrate(&db.pool).expect("migrations apply");
+        db
+    }
+
+    /// A database of its own with no table in it.
+    pub fn empty(tag: &str) -> TestDb {
         let _ = env_logger::builder().is_test(true).try_init();
         let name = format!("outbox_t_{}_{:08x}", tag, rand::random::<u32>());
         let server = Pool::new(Opts::from_url(&server_url()).unwrap()).expect("MariaDB on 127.0.0.1:3306");
@@ -35,7 +43,6 @@ impl TestDb {
             .unwrap();
         let url = format!("{}/{}", server_url(), name);
         let pool = Pool::new(Opts::from_url(&url).unwrap()).unwrap();
-        outbox::migrate(&pool).expect("migrations apply");
         TestDb { name, url, pool }
     }
 

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,7 +28,7 @@ type order struct {
 }
 
 // needBroker skips the test when no name server listens on 127.0.0.1:9876.
-func needBroker(t *testing.T) {
+func needBroker(t testing.TB) {
 	t.Helper()
 	if !brokerPresent() {
 		t.Skip("no RocketMQ name server on 127.0.0.1:9876 (scripts/rocketmq start)")
@@ -35,7 +36,7 @@ func needBroker(t *testing.T) {
 }
 
 // skipWithoutRocketMQ skips the test when err says the library lacks the rocketmq feature.
-func skipWithoutRocketMQ(t *testing.T, err error) {
+func skipWithoutRocketMQ(t testing.TB, err error) {
 	t.Helper()
 	if errors.Is(err, outbox.ErrPublisher) && strings.Contains(err.Error(), "rocketmq feature") {
 		t.Skipf("the library was built without --features rocketmq: %v", err)
@@ -49,7 +50,7 @@ func skipWithoutRocketMQ(t *testing.T, err error) {
 // table is the test's own, so that only its relay sends its rows (a relay sends a row without a
 // topic to its own default topic) and it sends no other test's.
 type consumerTest struct {
-	t       *testing.T
+	t       testing.TB
 	topic   string
 	group   string
 	table   string // the outbox table
@@ -57,7 +58,7 @@ type consumerTest struct {
 	relay   *outbox.Relay
 }
 
-func newConsumerTest(t *testing.T) *consumerTest {
+func newConsumerTest(t testing.TB) *consumerTest {
 	t.Helper()
 	needBroker(t)
 	suffix := strings.ReplaceAll(unique("x"), "-", "")[1:]
@@ -173,7 +174,7 @@ func (ct *consumerTest) startConsumer(handler func(*outbox.ConsumerTx, *outbox.M
 }
 
 // stats reads the consumer's stats, failing the test on an error.
-func stats(t *testing.T, c *outbox.Consumer) outbox.ConsumerStats {
+func stats(t testing.TB, c *outbox.Consumer) outbox.ConsumerStats {
 	t.Helper()
 	s, err := c.Stats()
 	if err != nil {
@@ -183,7 +184,7 @@ func stats(t *testing.T, c *outbox.Consumer) outbox.ConsumerStats {
 }
 
 // waitStats waits until cond holds for the consumer's stats.
-func waitStats(t *testing.T, c *outbox.Consumer, timeout time.Duration, what string, cond func(outbox.ConsumerStats) bool) outbox.ConsumerStats {
+func waitStats(t testing.TB, c *outbox.Consumer, timeout time.Duration, what string, cond func(outbox.ConsumerStats) bool) outbox.ConsumerStats {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -198,7 +199,7 @@ func waitStats(t *testing.T, c *outbox.Consumer, timeout time.Duration, what str
 	}
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -847,5 +848,163 @@ func TestConsumerTransientErrors(t *testing.T) {
 	}
 	if errors.Is(outbox.ErrDatabase, outbox.ErrTransient) || errors.Is(outbox.ErrTransient, outbox.ErrDatabase) {
 		t.Fatal("ErrTransient is a sentinel of its own")
+	}
+}
+
+// A points service whose handler also adds to the user's balance (a row every order of the user
+// updates), routed by the user (consumer.route = property:userId, the userId header): 400
+// orders of 20 users over four handler threads. No batch meets another's locks (no batch
+// retried or handled one at a time), every balance adds up, each order credited once.
+func TestConsumerRoutedByUserUpdatesSharedBalancesWithoutLockConflicts(t *testing.T) {
+	t.Parallel()
+	ct := newConsumerTest(t)
+	balances := "balances_" + strings.TrimPrefix(ct.credits, "credits_")
+	if _, err := db.Exec("CREATE TABLE " + balances + " (user_id VARCHAR(16) PRIMARY KEY, points BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS " + balances) })
+	for u := 0; u < 20; u++ {
+		if _, err := db.Exec("INSERT INTO "+balances+" VALUES (?, 0)", fmt.Sprintf("u%d", u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := ct.startConsumer(func(tx *outbox.ConsumerTx, m *outbox.Message) error {
+		if err := ct.credit(tx, m); err != nil {
+			return err
+		}
+		res, err := tx.Exec("UPDATE "+balances+" SET points = points + 1 WHERE user_id = ?", m.Properties["userId"])
+		if err != nil {
+			return err
+		}
+		// database/sql's reading of the result.
+		if n, err := res.RowsAffected(); n != 1 || err != nil {
+			return fmt.Errorf("the balance of %s: %d rows, %v", m.Properties["userId"], n, err)
+		}
+		if id, err := res.LastInsertId(); id != 0 || err != nil {
+			return fmt.Errorf("an UPDATE's last insert id: %d, %v", id, err)
+		}
+		return nil
+	}, "consumer.route", "property:userId", "consumer.threads", "4")
+	tx, err := ct.relay.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders := make([]order, 400)
+	for i := range orders {
+		orders[i] = order{BizNo: fmt.Sprintf("%s%d", ct.prefix(), i), Points: 1}
+		body, _ := json.Marshal(orders[i])
+		ev := outbox.Event{BizNo: orders[i].BizNo, EventType: "ORDER_PAID", Payload: body,
+			Headers: map[string]string{"userId": fmt.Sprintf("u%d", i%20)}}
+		if _, err := tx.Enqueue(ev); err != nil {
+			tx.Rollback()
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	s := waitStats(t, c, 120*time.Second, "400 orders processed", func(s outbox.ConsumerStats) bool {
+		return s.Processed >= 400 && s.InFlight == 0
+	})
+	if s.Processed != 400 || s.BatchRetries != 0 || s.BatchFallbacks != 0 || s.FailedAttempts != 0 {
+		t.Fatalf("stats %s", s.Raw)
+	}
+	ct.creditedOnce(orders)
+	if n := count(t, "SELECT COUNT(*) FROM "+balances+" WHERE points = 20"); n != 20 {
+		t.Fatalf("%d of 20 balances at 20 points", n)
+	}
+}
+
+// MigrateConsumer on an empty database creates the consumer's tables alone (the inbox and its
+// dead letters; none of the relay's), then has nothing to do; without db.url it says so.
+func TestMigrateConsumerCreatesTheConsumersTablesAlone(t *testing.T) {
+	t.Parallel()
+	name := "outbox_go_c_" + strings.ReplaceAll(unique("x"), "-", "")[1:]
+	admin, err := sql.Open("mysql", serverDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Dropped, then closed, after the test (a deferred Close would run first).
+	t.Cleanup(func() {
+		_, _ = admin.Exec("DROP DATABASE IF EXISTS " + name)
+		admin.Close()
+	})
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatal(err)
+	}
+	url := dbURL[:strings.LastIndex(dbURL, "/")+1] + name
+	for i := 0; i < 2; i++ { // the second run has nothing to do
+		if err := outbox.MigrateConsumer(outbox.Config{Settings: map[string]string{"db.url": url}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := admin.Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY 1", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var tables []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, n)
+	}
+	if strings.Join(tables, ",") != "outbox_inbox,outbox_inbox_dead_letter,outbox_schema_history" {
+		t.Fatalf("tables %v", tables)
+	}
+	err = outbox.MigrateConsumer(outbox.Config{Settings: map[string]string{}})
+	if !errors.Is(err, outbox.ErrInvalidValue) || !strings.Contains(err.Error(), "db.url") {
+		t.Fatalf("without db.url: %v", err)
+	}
+}
+
+// A handler waiting on something slow sees its context cancelled when Stop begins and gives
+// up: Stop returns, no attempt is charged, nothing of the message is committed (its credit and
+// its inbox mark rolled back together).
+func TestConsumerStopCancelsTheHandlersContext(t *testing.T) {
+	t.Parallel()
+	ct := newConsumerTest(t)
+	orders := ct.orders("slow")
+	ct.publish(orders...)
+	waiting := make(chan struct{})
+	var once sync.Once
+	c := ct.startConsumer(func(tx *outbox.ConsumerTx, m *outbox.Message) error {
+		if err := ct.credit(tx, m); err != nil {
+			return err
+		}
+		once.Do(func() { close(waiting) })
+		select {
+		case <-tx.Context().Done():
+			return fmt.Errorf("the points service gave up: %w", tx.Context().Err())
+		case <-time.After(2 * time.Minute):
+			return errors.New("the context was never cancelled")
+		}
+	}, "consumer.batch.max", "1")
+	select {
+	case <-waiting:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the handler was never called")
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Stop() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Stop did not return: the handler's context was not cancelled")
+	}
+	s := stats(t, c)
+	if s.FailedAttempts != 0 || s.Processed != 0 || s.DeadLettered != 0 {
+		t.Fatalf("stats %s", s.Raw)
+	}
+	if n := count(t, "SELECT COUNT(*) FROM "+ct.credits); n != 0 {
+		t.Fatalf("%d credits committed", n)
+	}
+	if n := count(t, "SELECT COUNT(*) FROM outbox_inbox WHERE consumer_group = ?", ct.group); n != 0 {
+		t.Fatalf("%d inbox marks committed", n)
 	}
 }

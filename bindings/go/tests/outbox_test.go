@@ -91,7 +91,7 @@ func start(t *testing.T, extra ...string) *outbox.Relay {
 	return r
 }
 
-func count(t *testing.T, query string, args ...any) int {
+func count(t testing.TB, query string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
@@ -138,8 +138,12 @@ func TestLibraryOwnedTxCommitEnqueuesWithTheBusinessRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.RowsAffected != 1 || res.LastInsertID == 0 {
-		t.Fatalf("Exec result %+v", res)
+	var sqlRes sql.Result = res // read as database/sql's
+	if n, err := sqlRes.RowsAffected(); n != 1 || err != nil {
+		t.Fatalf("RowsAffected = %d, %v", n, err)
+	}
+	if id, err := sqlRes.LastInsertId(); id <= 0 || err != nil {
+		t.Fatalf("LastInsertId = %d, %v", id, err)
 	}
 	ev := orderEvent(order)
 	ev.Topic, ev.Tag = "GO_TOPIC", "created"

@@ -229,6 +229,18 @@ final class Native {
     private static final ConcurrentHashMap<String, System.Logger> LOGGERS = new ConcurrentHashMap<>();
 
     /**
+     * Whether {@code System.Logger} is backed by {@code java.util.logging} (the JDK's default, no
+     * SLF4J/Log4j bridge installed). Then records go to {@code java.util.logging} directly, with
+     * the logger name as their source: its formatters print the record's source, which through
+     * {@code System.Logger} would be this class's {@code log} method for every record.
+     */
+    private static final boolean JUL = System.LoggerFinder.getLoggerFinder().getClass().getName()
+            .equals("sun.util.logging.internal.LoggingProviderImpl");
+
+    /** Held strongly: {@code java.util.logging} keeps its loggers weakly. */
+    private static final ConcurrentHashMap<String, java.util.logging.Logger> JUL_LOGGERS = new ConcurrentHashMap<>();
+
+    /**
      * The {@code System.Logger} name of a native log target: {@code outbox::relay} becomes
      * {@code outbox.relay}; targets of the library's dependencies go under {@code outbox.}
      * ({@code mysql::conn} becomes {@code outbox.mysql.conn}).
@@ -244,7 +256,6 @@ final class Native {
      * report on stderr.
      */
     static void log(int level, String target, String message) {
-        System.Logger logger = LOGGERS.computeIfAbsent(target, t -> System.getLogger(loggerName(t)));
         Level l;
         switch (level) {
             case 1:
@@ -263,7 +274,29 @@ final class Native {
                 l = Level.TRACE;
                 break;
         }
-        logger.log(l, message);
+        if (JUL) {
+            String name = loggerName(target);
+            java.util.logging.Logger jul = JUL_LOGGERS.computeIfAbsent(name, java.util.logging.Logger::getLogger);
+            jul.logp(julLevel(l), name, null, message);
+            return;
+        }
+        LOGGERS.computeIfAbsent(target, t -> System.getLogger(loggerName(t))).log(l, message);
+    }
+
+    /** The {@code java.util.logging} level of a {@code System.Logger} level (the JDK's own mapping). */
+    private static java.util.logging.Level julLevel(Level l) {
+        switch (l) {
+            case ERROR:
+                return java.util.logging.Level.SEVERE;
+            case WARNING:
+                return java.util.logging.Level.WARNING;
+            case INFO:
+                return java.util.logging.Level.INFO;
+            case DEBUG:
+                return java.util.logging.Level.FINE;
+            default:
+                return java.util.logging.Level.FINER;
+        }
     }
 
     /** Routes the library's log records to {@link #log}. */
@@ -299,6 +332,8 @@ final class Native {
             String[] headerKeys, String[] headerValues, long payloadMaxBytes);
 
     static native int[] migrateConfig(String[] keys, String[] values);
+
+    static native int[] migrateConsumerConfig(String[] keys, String[] values);
 
     /** {@code [relays, transactions, consumers]} open in this process. */
     static native long[] liveHandles();

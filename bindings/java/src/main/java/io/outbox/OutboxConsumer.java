@@ -21,15 +21,16 @@ import java.util.concurrent.atomic.AtomicLong;
  *         .set("db.url", "mysql://app:secret@127.0.0.1:3306/points")
  *         .set("rocketmq.namesrv", "127.0.0.1:9876")
  *         .set("consumer.max.attempts", 5);
- * Outbox.migrate(config);                       // the inbox and dead-letter tables
+ * OutboxConsumer.migrate(config);               // the inbox and dead-letter tables, nothing else
  * try (OutboxConsumer consumer = OutboxConsumer.start(config, "ORDER_EVENTS", "points-service",
  *         (tx, msg) -> tx.execute("UPDATE points SET balance = balance + 10 WHERE order_no = ?", msg.bizNo()))) {
  *     ... consumer.stats() ...
  * }                                             // stops: finishes the messages in hand, commits offsets
  * }</pre>
  *
- * It is the library's consumer runtime (the one the C ABI and Rust use): each queue's messages
- * are handled in order on one of {@code consumer.threads} threads; a message's offset is
+ * It is the library's consumer runtime (the one the C ABI and Rust use): the messages of one
+ * route value ({@code consumer.route}: by default, of one queue) are handled in order on one of
+ * {@code consumer.threads} threads; a message's offset is
  * committed only after its transaction; failures are retried with backoff and parked in the
  * dead-letter table after {@code consumer.max.attempts} (see {@link ConsumerHandler}); dead
  * letters an operator asks to replay ({@code outboxd dead-letters replay --consumer-group}) are
@@ -84,10 +85,25 @@ public final class OutboxConsumer implements AutoCloseable {
     }
 
     /**
+     * Applies the consuming half's pending migrations alone: the inbox and the consumer
+     * dead-letter tables, none of the relay's ({@link Outbox#migrate} is for a database that
+     * relays). Safe to run from many instances at once; applied versions are skipped.
+     *
+     * @param config the configuration ({@code db.url} is used)
+     * @return the versions applied and the last consumer migration's version
+     * @throws OutboxConfigException {@code db.url} missing or bad
+     * @throws OutboxDatabaseException the database is unreachable or a statement failed
+     */
+    public static MigrationReport migrate(OutboxConfig config) {
+        Native.ensureLoaded();
+        return new MigrationReport(Native.migrateConsumerConfig(config.keyArray(), config.valueArray()));
+    }
+
+    /**
      * Starts a consumer of {@code topic} for the consumer group {@code group}, running
      * {@code handler} on each message. Reads {@code db.url}, {@code rocketmq.namesrv} and the
      * {@code consumer.*} and {@code inbox.*} keys of {@code config}. The database is checked first
-     * (reachable; the inbox and dead-letter tables present: run {@link Outbox#migrate} first), so a
+     * (reachable; the inbox and dead-letter tables present: run {@link #migrate} first), so a
      * start that cannot work fails at once, naming why; a name server or broker that cannot be
      * reached does not fail it (the consumer keeps trying and says so in {@link #stats()}).
      *
@@ -105,7 +121,9 @@ public final class OutboxConsumer implements AutoCloseable {
      */
     public static OutboxConsumer start(OutboxConfig config, String topic, String group, ConsumerHandler handler) {
         Objects.requireNonNull(handler, "handler must not be null");
-        return start(config, topic, group, new Dispatcher(handler, null), false);
+        // Called once per batch (the dispatcher runs the handler on each message in turn, the
+        // first exception ending the call): one JNI crossing per batch, not per message.
+        return start(config, topic, group, new Dispatcher(handler, null), true);
     }
 
     /**

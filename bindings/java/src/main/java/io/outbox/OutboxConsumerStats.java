@@ -129,6 +129,14 @@ public final class OutboxConsumerStats {
     }
 
     /**
+     * @return batches rolled back by a deadlock or a lock wait timeout and run again as a batch
+     *     (no attempt used)
+     */
+    public long batchRetries() {
+        return get("batch_retries");
+    }
+
+    /**
      * Messages taken and not yet done.
      *
      * @return messages taken and not yet done

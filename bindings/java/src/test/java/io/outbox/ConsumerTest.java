@@ -386,6 +386,79 @@ public class ConsumerTest {
         }
     }
 
+    /**
+     * A points service whose handler also adds to the user's balance (a row every order of the
+     * user updates), routed by the user ({@code consumer.route = property:userId}, the userId
+     * header): 400 orders of 20 users over four handler threads. No batch meets another's locks,
+     * every balance adds up, each order credited once.
+     */
+    @Test
+    public void handler_threads_routed_by_user_update_shared_balances_without_lock_conflicts() throws Exception {
+        needBroker();
+        String topic = name("OUTBOX_JC_ROUTE");
+        String balances = name("balances");
+        try (Connection c = db.connect(); Statement s = c.createStatement()) {
+            s.execute("CREATE TABLE " + balances + " (user_id VARCHAR(16) PRIMARY KEY, points BIGINT NOT NULL)");
+            for (int u = 0; u < 20; u++) {
+                s.execute("INSERT INTO " + balances + " VALUES ('u" + u + "', 0)");
+            }
+        }
+        List<String> orders = new ArrayList<>();
+        try (Connection c = db.connect()) {
+            c.setAutoCommit(false);
+            for (int i = 0; i < 400; i++) {
+                String order = topic + "-" + i;
+                orders.add(order);
+                try (PreparedStatement ps = c.prepareStatement("INSERT INTO orders (order_no, points) VALUES (?, 1)")) {
+                    ps.setString(1, order);
+                    ps.executeUpdate();
+                }
+                relay.enqueue(c, Event.of(order, "ORDER_PAID", "{\"points\":1}").withTopic(topic)
+                        .withHeader("userId", "u" + (i % 20)));
+            }
+            c.commit();
+        }
+        relay.notifyCommitted();
+        OutboxConfig config = consumerConfig().set("consumer.threads", 4).set("consumer.route", "property:userId");
+        try (OutboxConsumer consumer = OutboxConsumer.start(config, topic, name("points"), (tx, m) -> {
+            credit(tx, m);
+            tx.execute("UPDATE " + balances + " SET points = points + 1 WHERE user_id = ?", m.property("userId"));
+        })) {
+            waitFor("400 orders processed", () -> consumer.stats().processed() == 400);
+            OutboxConsumerStats s = consumer.stats();
+            assertEquals(s.json(), 0, s.batchRetries());
+            assertEquals(s.json(), 0, s.batchFallbacks());
+            assertEquals(s.json(), 0, s.failedAttempts());
+        }
+        for (String order : orders) {
+            assertEquals(order, 1, credited(order));
+        }
+        assertEquals(20, queryLong("SELECT COUNT(*) FROM " + balances + " WHERE points = 20"));
+    }
+
+    /** A database that only consumes gets the inbox and dead-letter tables, none of the relay's. */
+    @Test
+    public void the_consumer_s_migration_creates_the_consumer_s_tables_alone() throws Exception {
+        try (TestDb fresh = new TestDb()) {
+            OutboxConfig config = new OutboxConfig().set("db.url", fresh.url());
+            MigrationReport r = OutboxConsumer.migrate(config);
+            assertEquals(r.toString(), java.util.Arrays.asList(8, 10, 11), r.applied());
+            assertEquals(11, r.current());
+            assertEquals(Collections.emptyList(), OutboxConsumer.migrate(config).applied());
+            List<String> tables = new ArrayList<>();
+            try (Connection c = fresh.connect(); Statement s = c.createStatement();
+                    ResultSet rs = s.executeQuery("SELECT TABLE_NAME FROM information_schema.TABLES "
+                            + "WHERE TABLE_SCHEMA = DATABASE() ORDER BY 1")) {
+                while (rs.next()) {
+                    tables.add(rs.getString(1));
+                }
+            }
+            assertEquals(java.util.Arrays.asList("outbox_inbox", "outbox_inbox_dead_letter", "outbox_schema_history"), tables);
+        }
+        OutboxConfigException e = expect(OutboxConfigException.class, () -> OutboxConsumer.migrate(new OutboxConfig()));
+        assertTrue(e.getMessage(), e.getMessage().contains("db.url"));
+    }
+
     @Test
     public void a_poison_message_is_parked_in_the_dead_letter_table_after_its_last_attempt() throws Exception {
         needBroker();

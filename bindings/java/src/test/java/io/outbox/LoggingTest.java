@@ -80,6 +80,11 @@ public class LoggingTest {
             assertTrue("records: " + records, r != null);
             assertEquals(Level.INFO, r.getLevel());
             assertTrue(r.getMessage(), r.getMessage().contains(outbox.instanceId()));
+            // java.util.logging's formatters print the source: the logger's name, not the binding's method.
+            assertEquals("outbox.relay", r.getSourceClassName());
+            assertEquals(null, r.getSourceMethodName());
+            String line = new java.util.logging.SimpleFormatter().format(r);
+            assertTrue(line, line.contains("outbox.relay") && !line.contains("Native"));
         }
     }
 
