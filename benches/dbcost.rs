@@ -2,7 +2,8 @@
 //! utime + stime), per order and per event, nothing else touching the server:
 //!
 //! - an order transaction alone (one order row, COMMIT), then with its event (the library's
-//!   INSERT in the same transaction), in alternating order round after round;
+//!   INSERT in the same transaction), and with its event on the table as it was before V14
+//!   (with `idx_status_claimed_at`), in rotating order round after round;
 //! - one relay draining those events to RocketMQ, per claim strategy and `sent.rows`;
 //! - retention deleting kept rows afterwards (what `sent.rows = keep` leaves for later);
 //! - a consumer with the inbox crediting the relayed events (its defaults, a one-row handler);
@@ -274,6 +275,24 @@ impl Drop for Db {
     }
 }
 
+/// The order phases of a round.
+#[derive(Clone, Copy)]
+enum Phase {
+    Alone,
+    WithEvent,
+    Before,
+}
+
+impl Phase {
+    fn label(self) -> &'static str {
+        match self {
+            Phase::Alone => "alone                  ",
+            Phase::WithEvent => "with event             ",
+            Phase::Before => "with event, before V14 ",
+        }
+    }
+}
+
 /// `n` order transactions from `writers` connections, each with its event when `with_event`.
 fn orders(db: &Db, n: u64, writers: usize, with_event: bool, round: usize) -> u64 {
     let per = n / writers as u64;
@@ -509,6 +528,7 @@ fn main() {
     );
     let mut plain = Vec::new();
     let mut with_event = Vec::new();
+    let mut with_event_before = Vec::new();
     let mut relay: Vec<Vec<Cost>> = vec![Vec::new(); STRATEGIES.len()];
     let mut retention = Vec::new();
     let mut consumed = Vec::new();
@@ -529,23 +549,37 @@ fn main() {
             )
             .unwrap();
         let mut relayed = 0;
-        // Alternate which goes first, so a drift in the server's state favours neither.
-        let mut pair = |first_plain: bool| {
-            for plain_now in [first_plain, !first_plain] {
-                let c = measure(&db.pool, pid, || orders(&db, a.events, a.writers, !plain_now, round));
-                println!(
-                    "  round {round}: orders {} {:>7.1} µs per order",
-                    if plain_now { "alone     " } else { "with event" },
-                    c.us_per_unit()
-                );
-                if plain_now {
-                    plain.push(c);
-                } else {
-                    with_event.push(c);
-                }
+        // The same orders with their events on the table as it was before V14 dropped
+        // idx_status_claimed_at: what that index cost each INSERT, in the same run.
+        let before = Db::fresh(&a.server, "v13");
+        before
+            .pool
+            .get_conn()
+            .unwrap()
+            .query_drop("ALTER TABLE t_event_record ADD INDEX idx_status_claimed_at (status, claimed_at)")
+            .unwrap();
+        // Rotate which goes first, so a drift in the server's state favours none.
+        let mut phases = [Phase::Alone, Phase::WithEvent, Phase::Before];
+        phases.rotate_left(round % 3);
+        for phase in phases {
+            let (target, events) = match phase {
+                Phase::Alone => (&db, false),
+                Phase::WithEvent => (&db, true),
+                Phase::Before => (&before, true),
+            };
+            let c = measure(&target.pool, pid, || orders(target, a.events, a.writers, events, round));
+            println!(
+                "  round {round}: orders {} {:>7.1} µs per order",
+                phase.label(),
+                c.us_per_unit()
+            );
+            match phase {
+                Phase::Alone => plain.push(c),
+                Phase::WithEvent => with_event.push(c),
+                Phase::Before => with_event_before.push(c),
             }
-        };
-        pair(round % 2 == 0);
+        }
+        drop(before);
         if a.only_orders {
             continue;
         }
@@ -595,7 +629,7 @@ fn main() {
         );
         live_parts.push(parts);
     }
-    report(&plain, &with_event, &relay, &retention, &consumed);
+    report(&plain, &with_event, &with_event_before, &relay, &retention, &consumed);
     if !a.only_orders {
         report_live(&a, &plain, &live_parts);
     }
@@ -608,7 +642,14 @@ fn median(costs: &[Cost], f: impl Fn(&Cost) -> f64) -> f64 {
     v[v.len() / 2]
 }
 
-fn report(plain: &[Cost], with_event: &[Cost], relay: &[Vec<Cost>], retention: &[Cost], consumed: &[Cost]) {
+fn report(
+    plain: &[Cost],
+    with_event: &[Cost],
+    before: &[Cost],
+    relay: &[Vec<Cost>],
+    retention: &[Cost],
+    consumed: &[Cost],
+) {
     let order = median(plain, Cost::us_per_unit);
     let enqueue = median(with_event, Cost::us_per_unit) - order;
     println!();
@@ -643,6 +684,17 @@ fn report(plain: &[Cost], with_event: &[Cost], relay: &[Vec<Cost>], retention: &
     println!(
         "| the enqueue's addition | {enqueue:.1} | {:.2} | | | |",
         enqueue / order
+    );
+    let earlier = median(before, Cost::us_per_unit);
+    line(
+        "the same on the table before V14 (with idx_status_claimed_at)",
+        earlier,
+        before,
+    );
+    println!(
+        "| its enqueue's addition | {:.1} | {:.2} | | | |",
+        earlier - order,
+        (earlier - order) / order
     );
     if retention.is_empty() {
         return; // --only orders

@@ -5,7 +5,7 @@
 //! `cargo bench --features rocketmq --bench pipeline [-- --events N] [--secs S] [--rounds N] [--writers N] [--only PART]
 //! [--set key=value ...]` (`--set`: a relay setting, as in `outbox.toml`)
 //!
-//! Parts (all by default, in this order; `--only` takes `rates`, `latency`, `sustained`):
+//! Parts (all by default, in this order; `--only` takes `rates`, `points`, `latency`, `sustained`):
 //! - **rates**: one topic filled by the relay's unordered drain of N seeded events (default
 //!   400 000: each consumer's run then lasts ~10 s; at 100 000 a run of 2–3 s moved the inbox's
 //!   ratio by ±6 points from round to round) (its rate),
@@ -14,9 +14,17 @@
 //!   the per-message handler doing one INSERT per message), without the inbox, with one message
 //!   per transaction, and with a batch handler (one multi-row INSERT per batch); the defaults and
 //!   the runtime without the inbox in `--rounds` alternating pairs (default 3), compared by their
-//!   medians. Rates come from
-//!   the database's clock, first row to last (start-up not counted): the relay's from the first
-//!   claim to the last ack, a consumer's from its first credit to its last.
+//!   medians. Rates leave start-up out: the relay's from its first send to its last (wall
+//!   clock: held rounds write no claim time and sent rows are deleted), a consumer's from its
+//!   first credit to its last (the database clock).
+//! - **points**: a points service whose handler updates a shared row: per order a credit INSERT
+//!   and an UPDATE of its user's balance (users named by the event's `userId` header), 200 users
+//!   and a hotter 20, N/4 events each. Per user count, one topic filled by the relay's unordered
+//!   drain (its rate: first send to last, wall clock), then read by the consumer at its defaults
+//!   (`consumer.route = queue`), routed by business key (`biz_no`), routed by the user
+//!   (`property:userId`), with one handler thread, and at its defaults with the handler written
+//!   per batch (one multi-row INSERT of the credits, one multi-row upsert of the balances); each
+//!   checks that every balance adds up.
 //! - **latency**: writers commit 1 000 orders/s for S seconds while the relay and the consumer
 //!   run; commit → credited per order is the credit's time minus the order's (both the database
 //!   clock), p50 and p99, unordered and with `ordering = per-biz-no`.
@@ -228,25 +236,10 @@ fn wait_for(deadline: Duration, mut done: impl FnMut() -> bool) -> bool {
     true
 }
 
-/// The relay's unordered drain of `n` seeded events into `topic`: events/s, first claim to last
-/// ack on the database clock.
+/// The relay's unordered drain of `n` seeded events into `topic` ([`relay_drain_seeded`]).
 fn relay_drain(dbs: &Dbs, topic: &str, n: u64) -> f64 {
     dbs.seed(n);
-    let cfg = relay_config(dbs, topic);
-    let relay = Relay::start(cfg.clone(), Arc::new(RocketMqPublisher::start(&cfg).unwrap())).unwrap();
-    assert!(
-        wait_for(Duration::from_secs(900), || relay.counters().sent >= n),
-        "the relay did not drain {n} events"
-    );
-    relay.stop(Duration::from_secs(10));
-    let us: Option<i64> = dbs
-        .orders
-        .get_conn()
-        .unwrap()
-        .query_first("SELECT TIMESTAMPDIFF(MICROSECOND, MIN(claimed_at), MAX(sent_at)) FROM t_event_record")
-        .unwrap()
-        .flatten();
-    n as f64 / (us.unwrap_or(1) as f64 / 1e6)
+    relay_drain_seeded(dbs, topic, n)
 }
 
 /// The lite pull consumer alone: messages/s from the first message to the last.
@@ -280,6 +273,159 @@ fn consume(dbs: &Dbs, topic: &str, n: u64, tag: &str, shape: Shape) -> (f64, Con
     let stats = c.stop();
     let (credits, secs) = dbs.credited(&g);
     (credits as f64 / secs, stats)
+}
+
+/// The relay's unordered drain of the `n` events already in the table into `topic`: events/s
+/// from the first send to the last (wall clock; the first send's events not counted).
+fn relay_drain_seeded(dbs: &Dbs, topic: &str, n: u64) -> f64 {
+    let cfg = relay_config(dbs, topic);
+    let relay = Relay::start(cfg.clone(), Arc::new(RocketMqPublisher::start(&cfg).unwrap())).unwrap();
+    let mut first: Option<(Instant, u64)> = None;
+    assert!(
+        wait_for(Duration::from_secs(900), || {
+            let sent = relay.counters().sent;
+            if sent > 0 && first.is_none() {
+                first = Some((Instant::now(), sent));
+            }
+            sent >= n
+        }),
+        "the relay did not drain {n} events"
+    );
+    let (t0, s0) = first.expect("sent");
+    let rate = (n - s0) as f64 / t0.elapsed().as_secs_f64();
+    relay.stop(Duration::from_secs(10));
+    rate
+}
+
+/// The points handler: the order's credit, and its user's balance (a row every order of the
+/// user updates).
+fn credit_and_add(group: String) -> impl Fn(&mut mysql::Transaction<'_>, &Message) -> Result<(), HandlerError> {
+    let credit = credit_with(group.clone());
+    move |tx, m| {
+        credit(tx, m)?;
+        tx.exec_drop(
+            "UPDATE balances SET points = points + 1 WHERE grp = ? AND user_id = ?",
+            (&group, m.property("userId").ok_or("no userId property")?),
+        )?;
+        Ok(())
+    }
+}
+
+/// The points handler as a batch handler: the batch's credits in one multi-row INSERT, and each
+/// user's total in one multi-row upsert of the balances, users in order (two batches sharing
+/// users lock them in the same order).
+struct CreditAndAddAll(String);
+
+impl BatchHandler for CreditAndAddAll {
+    fn handle_batch(&self, tx: &mut mysql::Transaction<'_>, msgs: &[Message]) -> Result<(), HandlerError> {
+        CreditAll(self.0.clone()).handle_batch(tx, msgs)?;
+        let mut per_user: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+        for m in msgs {
+            *per_user
+                .entry(m.property("userId").ok_or("no userId property")?)
+                .or_default() += 1;
+        }
+        let mut sql = String::from("INSERT INTO balances (grp, user_id, points) VALUES ");
+        let mut params: Vec<mysql::Value> = Vec::with_capacity(per_user.len() * 3);
+        for (i, (user, points)) in per_user.into_iter().enumerate() {
+            sql.push_str(if i == 0 { "(?, ?, ?)" } else { ", (?, ?, ?)" });
+            params.push(self.0.as_str().into());
+            params.push(user.into());
+            params.push(points.into());
+        }
+        sql.push_str(" ON DUPLICATE KEY UPDATE points = points + VALUES(points)");
+        tx.exec_drop(sql, params)?;
+        Ok(())
+    }
+}
+
+fn points(n: u64) {
+    println!("== points: a handler that updates a shared row (credit INSERT + the user's balance UPDATE), {n} events per topic");
+    for users in [200u64, 20] {
+        let dbs = Dbs::fresh(&format!("points{users}"));
+        let t = topic(&format!("points{users}"));
+        let mut c = dbs.orders.get_conn().unwrap();
+        c.query_drop(format!(
+            "INSERT INTO t_event_record (biz_no, event_type, payload, headers, status, event_key) \
+             SELECT CONCAT('ORD-', seq), 'ORDER_PAID', \
+             CONCAT('{{\"order\":\"ORD-', seq, '\",\"points\":1,\"note\":\"', REPEAT('x', 140), '\"}}'), \
+             CONCAT('{{\"userId\":\"u', seq % {users}, '\"}}'), 'WAIT', UUID() FROM seq_1_to_{n}"
+        ))
+        .unwrap();
+        dbs.points
+            .get_conn()
+            .unwrap()
+            .query_drop(
+                "CREATE TABLE balances (grp VARCHAR(64) NOT NULL, user_id VARCHAR(16) NOT NULL, \
+                 points BIGINT NOT NULL, PRIMARY KEY (grp, user_id))",
+            )
+            .unwrap();
+        let relay = relay_drain_seeded(&dbs, &t, n);
+        println!(
+            "  {users:>3} users: {:<48} {relay:>9.0} events/s",
+            "relay, unordered drain (defaults)"
+        );
+        for (name, route, threads, batch) in [
+            ("consumer defaults (routed by queue)", "queue", None, false),
+            ("consumer routed by business key (biz_no)", "biz_no", None, false),
+            (
+                "consumer routed by user (property:userId)",
+                "property:userId",
+                None,
+                false,
+            ),
+            ("consumer, one handler thread", "queue", Some(1), false),
+            ("consumer defaults, the handler per batch", "queue", None, true),
+        ] {
+            let g = group("pts");
+            dbs.points
+                .get_conn()
+                .unwrap()
+                .query_drop(format!(
+                    "INSERT INTO balances SELECT '{g}', CONCAT('u', seq - 1), 0 FROM seq_1_to_{users}"
+                ))
+                .unwrap();
+            let mut cfg = ConsumerConfig::new(&g);
+            let mut all = Config::default();
+            all.set("consumer.route", route).unwrap();
+            cfg.route = all.consumer.route;
+            if let Some(th) = threads {
+                cfg.threads = th;
+            }
+            let src = Arc::new(RocketMqSource::start(&SourceConfig::for_consumer(NAMESRV, &t, &cfg)).expect("source"));
+            let consumer = if batch {
+                Consumer::start_batch(cfg, dbs.points.clone(), src, Arc::new(CreditAndAddAll(g.clone())))
+            } else {
+                Consumer::start(cfg, dbs.points.clone(), src, Arc::new(credit_and_add(g.clone())))
+            }
+            .expect("consumer");
+            assert!(
+                wait_for(Duration::from_secs(900), || {
+                    let s = consumer.stats();
+                    s.processed + s.duplicates >= n
+                }),
+                "consumer {name} did not finish"
+            );
+            let s = consumer.stop();
+            let (credits, secs) = dbs.credited(&g);
+            let total: Option<i64> = dbs
+                .points
+                .get_conn()
+                .unwrap()
+                .exec_first("SELECT CAST(SUM(points) AS SIGNED) FROM balances WHERE grp = ?", (&g,))
+                .unwrap()
+                .flatten();
+            assert_eq!(total, Some(n as i64), "{name}: the balances add up to the orders");
+            let rate = credits as f64 / secs;
+            let per_tx = (s.processed + s.duplicates) as f64 / s.transactions.max(1) as f64;
+            println!(
+                "  {users:>3} users: {name:<48} {rate:>9.0} msg/s  {:.2}x relay  {per_tx:>5.1} msg/tx  batch retries {}  fallbacks {}",
+                rate / relay,
+                s.batch_retries,
+                s.batch_fallbacks
+            );
+        }
+    }
 }
 
 fn rates(n: u64, rounds: u32) {
@@ -611,7 +757,7 @@ fn main() {
             "--secs" => secs = args.next().and_then(|v| v.parse().ok()).expect("--secs S"),
             "--rounds" => rounds = at_least_one(args.next(), "--rounds N (1 or more)") as u32,
             "--writers" => writers = at_least_one(args.next(), "--writers N (1 or more)"),
-            "--only" => only.push(args.next().expect("--only rates|latency|sustained")),
+            "--only" => only.push(args.next().expect("--only rates|points|latency|sustained")),
             "--set" => {
                 let kv = args.next().unwrap_or_default();
                 let (k, v) = kv.split_once('=').expect("--set key=value (a relay setting)");
@@ -620,7 +766,7 @@ fn main() {
             "--bench" => {}
             other => {
                 eprintln!(
-                    "pipeline bench: unknown argument {other:?} (--events N, --secs S, --rounds N, --writers N, --only rates|latency|sustained, --set key=value)"
+                    "pipeline bench: unknown argument {other:?} (--events N, --secs S, --rounds N, --writers N, --only rates|points|latency|sustained, --set key=value)"
                 );
                 std::process::exit(2);
             }
@@ -630,6 +776,9 @@ fn main() {
     let part = |p: &str| only.is_empty() || only.iter().any(|o| o == p);
     if part("rates") {
         rates(n, rounds);
+    }
+    if part("points") {
+        points((n / 4).max(1));
     }
     if part("latency") {
         latency(secs);

@@ -1,5 +1,5 @@
 //! What the console reads, and how it keeps every read cheap on a table of tens of millions of
-//! rows: each statement walks an index range (`idx_status_next_retry`, `idx_status_claimed_at`,
+//! rows: each statement walks an index range (`idx_status_next_retry`,
 //! `idx_biz_no`, the primary key) and is bounded, by a `LIMIT` or by a window of ids. No
 //! `COUNT(*)` runs over the SUCCESS rows: their number is the server's estimate, shown as such;
 //! other counts stop at [`COUNT_BOUND`] and show as `100 000+`.
@@ -50,7 +50,7 @@ pub fn backlog(conn: &mut PooledConn, table: &str) -> Result<Backlog> {
     let ix = "idx_status_next_retry";
     let wait_due = bounded_count(conn, table, ix, "status = 'WAIT' AND next_retry_time <= NOW(3)")?;
     let wait_later = bounded_count(conn, table, ix, "status = 'WAIT' AND next_retry_time > NOW(3)")?;
-    let sending = bounded_count(conn, table, "idx_status_claimed_at", "status = 'SENDING'")?;
+    let sending = bounded_count(conn, table, ix, "status = 'SENDING'")?;
     let fail = bounded_count(conn, table, ix, "status = 'FAIL'")?;
     let rows: Option<Option<u64>> = conn.exec_first(
         "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
@@ -85,7 +85,7 @@ pub struct Holder {
 pub fn holders(conn: &mut PooledConn, table: &str) -> Result<Vec<Holder>> {
     let rows: Vec<(Option<String>, u64, Option<i64>)> = conn.query(format!(
         "SELECT claim_owner, COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(claimed_at), NOW(3)) FROM \
-         (SELECT claim_owner, claimed_at FROM {table} FORCE INDEX (idx_status_claimed_at) WHERE status = 'SENDING' \
+         (SELECT claim_owner, claimed_at FROM {table} FORCE INDEX (idx_status_next_retry) WHERE status = 'SENDING' \
           LIMIT {COUNT_BOUND}) s GROUP BY claim_owner ORDER BY claim_owner"
     ))?;
     Ok(rows

@@ -1142,14 +1142,18 @@ fn run_exports_the_spans_of_traced_events_over_otlp() {
             wait_until(Duration::from_secs(60), || db.count("SUCCESS") == 1),
             "not relayed"
         );
-        // The commit -> ack histogram names the event's trace as its exemplar.
+        // The commit -> ack histogram names the event's trace as its exemplar (observed once the
+        // round's record has committed, so a moment after the row reads SUCCESS).
         let hex: String = trace_id.iter().map(|b| format!("{b:02x}")).collect();
-        let (_, metrics) = http_get(metrics_port, "/metrics").unwrap();
+        let mut metrics = String::new();
         assert!(
-            metrics
-                .lines()
-                .any(|l| l.starts_with("outbox_commit_to_ack_seconds_bucket")
-                    && l.contains(&format!("# {{trace_id=\"{hex}\"}}"))),
+            wait_until(Duration::from_secs(10), || {
+                metrics = http_get(metrics_port, "/metrics").unwrap().1;
+                metrics.lines().any(|l| {
+                    l.starts_with("outbox_commit_to_ack_seconds_bucket")
+                        && l.contains(&format!("# {{trace_id=\"{hex}\"}}"))
+                })
+            }),
             "no exemplar with the trace id:\n{metrics}"
         );
         // The last spans leave when outboxd stops.
@@ -1164,4 +1168,38 @@ fn run_exports_the_spans_of_traced_events_over_otlp() {
         assert!(contains(b"outbox.publish"));
         assert!(contains(if via_env { b"points-relay" } else { b"outboxd" }));
     }
+}
+
+#[test]
+fn migrate_consumer_creates_the_consumer_s_tables_alone() {
+    let db = TestDb::empty("d_mig_consumer");
+    let mut c = outboxd(&db);
+    c.args(["migrate", "--consumer", "--dry-run"]);
+    let (code, stdout, err) = out(c);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("3 migration(s) would run on the consumer's tables"),
+        "{stdout}"
+    );
+    let mut c = outboxd(&db);
+    c.args(["migrate", "--consumer"]);
+    let (code, stdout, err) = out(c);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("applied [8, 10, 11] to the consumer's tables; schema version 11"),
+        "{stdout}"
+    );
+    let tables: Vec<String> = db
+        .conn()
+        .query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() ORDER BY 1")
+        .unwrap();
+    assert_eq!(
+        tables,
+        ["outbox_inbox", "outbox_inbox_dead_letter", "outbox_schema_history"]
+    );
+    let mut c = outboxd(&db);
+    c.args(["migrate", "--consumer"]);
+    let (code, stdout, err) = out(c);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("the consumer's tables are up to date"), "{stdout}");
 }

@@ -55,6 +55,10 @@ enum Command {
         /// Print the plan (pending migrations, their statements and lock cost) and change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Only the consumer's tables (the inbox and its dead letters), for a database that only
+        /// consumes: none of the relay's.
+        #[arg(long)]
+        consumer: bool,
     },
     /// Counts by status, oldest due WAIT age, SENDING rows with owner and age, recent dead letters.
     Status {
@@ -323,7 +327,7 @@ fn main() -> ExitCode {
             Err(RunFailure::Error(e)) => Err(e),
             Ok(()) => Ok(()),
         },
-        Command::Migrate { dry_run } => migrate(&effective.config, dry_run),
+        Command::Migrate { dry_run, consumer } => migrate(&effective.config, dry_run, consumer),
         Command::Status { json } => status(&effective.config, json),
         Command::DeadLetters { command } => dead_letters(&effective.config, command),
         Command::Control { command } => control(&effective.config, command),
@@ -346,17 +350,26 @@ fn pool(config: &Config) -> outbox::Result<mysql::Pool> {
     outbox::connect(config)
 }
 
-fn migrate(config: &Config, dry_run: bool) -> outbox::Result<()> {
+fn migrate(config: &Config, dry_run: bool, consumer: bool) -> outbox::Result<()> {
+    // What the migrations are for: the relay's table, or the consumer's tables alone.
+    let (what, is) = if consumer {
+        ("the consumer's tables".to_string(), "are")
+    } else {
+        (format!("table {}", config.table), "is")
+    };
     if dry_run {
-        let plan = outbox::migrate::plan(&pool(config)?, &config.table)?;
+        let plan = if consumer {
+            outbox::migrate::plan_consumer(&pool(config)?)?
+        } else {
+            outbox::migrate::plan(&pool(config)?, &config.table)?
+        };
         if plan.is_empty() {
-            println!("table {} is up to date: nothing would run", config.table);
+            println!("{what} {is} up to date: nothing would run");
             return Ok(());
         }
         println!(
-            "dry run: {} migration(s) would run on table {}, in this order (nothing was changed):",
+            "dry run: {} migration(s) would run on {what}, in this order (nothing was changed):",
             plan.len(),
-            config.table
         );
         for p in &plan {
             println!("\nV{} {}", p.version, p.description);
@@ -367,14 +380,15 @@ fn migrate(config: &Config, dry_run: bool) -> outbox::Result<()> {
         }
         return Ok(());
     }
-    let r = outbox::migrate_table(&pool(config)?, &config.table)?;
-    if r.applied.is_empty() {
-        println!("table {} is up to date (schema version {})", config.table, r.current);
+    let r = if consumer {
+        outbox::migrate_consumer(&pool(config)?)?
     } else {
-        println!(
-            "applied {:?} to {}; schema version {}",
-            r.applied, config.table, r.current
-        );
+        outbox::migrate_table(&pool(config)?, &config.table)?
+    };
+    if r.applied.is_empty() {
+        println!("{what} {is} up to date (schema version {})", r.current);
+    } else {
+        println!("applied {:?} to {what}; schema version {}", r.applied, r.current);
     }
     Ok(())
 }
