@@ -149,6 +149,10 @@ pub struct SendingRow {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusReport {
     pub counts: BTreeMap<String, u64>,
+    /// Of the WAIT rows, those waiting for the time they were scheduled at (not backing off).
+    pub scheduled: u64,
+    /// When the next scheduled row is due, from now (`None`: none scheduled).
+    pub next_scheduled_in: Option<Duration>,
     /// Age of the most overdue due WAIT row.
     pub oldest_wait_age: Option<Duration>,
     /// The oldest SENDING rows (at most 20), oldest first.
@@ -162,6 +166,8 @@ impl StatusReport {
     pub fn to_json(&self) -> String {
         serde_json::json!({
             "counts": self.counts,
+            "scheduled": self.scheduled,
+            "next_scheduled_in_ms": self.next_scheduled_in.map(|d| d.as_millis() as u64),
             "oldest_wait_age_ms": self.oldest_wait_age.map(|d| d.as_millis() as u64),
             "sending": self.sending.iter().map(|s| serde_json::json!({
                 "id": s.id, "owner": s.owner, "age_ms": s.age.as_millis() as u64,
@@ -192,12 +198,21 @@ pub fn status(pool: &Pool, table: &str) -> Result<StatusReport> {
     let dead: Option<u64> = c.query_first(format!(
         "SELECT COUNT(*) FROM {t} WHERE status = 'FAIL' AND update_time >= NOW(3) - INTERVAL 1 DAY"
     ))?;
+    let scheduled: (Option<u64>, Option<i64>) = c
+        .query_first(format!(
+            "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(next_retry_time)) FROM {t} \
+             FORCE INDEX (idx_status_next_retry) WHERE {}",
+            crate::store::SCHEDULED_SQL
+        ))?
+        .unwrap_or((None, None));
     // Every due row (an operator's command, not a scrape); the oldest of all is the oldest of
     // the per-topic ones.
     let by_topic = oldest_wait_by_topic(pool, &t, usize::MAX)?;
     let us = |v: i64| Duration::from_micros(v.max(0) as u64);
     Ok(StatusReport {
         counts: counts.into_iter().collect(),
+        scheduled: scheduled.0.unwrap_or(0),
+        next_scheduled_in: scheduled.1.map(|us| Duration::from_micros(us.max(0) as u64)),
         oldest_wait_age: by_topic.iter().map(|(_, age)| *age).max(),
         sending: sending
             .into_iter()

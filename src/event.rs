@@ -2,6 +2,7 @@
 //! (`OutboundEvent`, ready to be sent).
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::Error;
 
@@ -30,6 +31,99 @@ pub struct NewEvent {
     pub tag: Option<String>,
     /// Extra message properties.
     pub headers: BTreeMap<String, String>,
+    /// When to send it (`docs/scheduling.md`); `None`: as soon as it commits.
+    pub schedule: Option<Schedule>,
+}
+
+/// The longest an event may be scheduled ahead (366 days): a larger delay or a later time is a
+/// mistake (milliseconds taken for seconds, a year typed wrong) more often than an intent.
+pub const MAX_SCHEDULE_AHEAD: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// When a scheduled event is due. Either way the database's clock decides when it is sent, as it
+/// does every other time of the outbox: `After` counts from the INSERT's `NOW(3)`, and `At` is
+/// compared with the database's `NOW(3)` (a time already past sends it at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// At this wall-clock time (milliseconds are kept).
+    At(SystemTime),
+    /// This long after the INSERT (the database's clock).
+    After(Duration),
+}
+
+impl Schedule {
+    /// An absolute time as milliseconds since the Unix epoch (C, Java and Go pass this).
+    pub fn at_unix_ms(ms: i64) -> Result<Schedule, Error> {
+        if ms < 0 {
+            return Err(invalid(
+                "schedule",
+                format!("deliver_at_ms {ms} is before 1970 (milliseconds since the Unix epoch expected)"),
+            ));
+        }
+        Ok(Schedule::At(UNIX_EPOCH + Duration::from_millis(ms as u64)))
+    }
+
+    /// The schedule the C, Java and Go bindings pass: `deliver_at_ms` (milliseconds since the
+    /// Unix epoch) or `delay_ms` (from the INSERT), 0 for the one not set; both 0: none (sent
+    /// as soon as it commits). Both set, a negative value: an error naming it.
+    pub fn from_millis(deliver_at_ms: i64, delay_ms: i64) -> Result<Option<Schedule>, Error> {
+        match (deliver_at_ms, delay_ms) {
+            (0, 0) => Ok(None),
+            (_, d) if d < 0 => Err(invalid(
+                "schedule",
+                format!("delay_ms {d} is negative (a delay from the INSERT, in milliseconds)"),
+            )),
+            (0, d) => Ok(Some(Schedule::After(Duration::from_millis(d as u64)))),
+            (a, 0) => Schedule::at_unix_ms(a).map(Some),
+            (a, d) => Err(invalid(
+                "schedule",
+                format!("deliver_at_ms {a} and delay_ms {d} are both set: set one of them"),
+            )),
+        }
+    }
+
+    /// The values of the INSERT's `deliver_at_ms` and `delay_ms` parameters ([`INSERT_PARAMS`](crate::INSERT_PARAMS)).
+    pub fn params(schedule: Option<&Schedule>) -> (Option<i64>, Option<i64>) {
+        match schedule {
+            None => (None, None),
+            Some(Schedule::At(t)) => (
+                Some(t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)),
+                None,
+            ),
+            Some(Schedule::After(d)) => (None, Some(d.as_millis().min(i64::MAX as u128) as i64)),
+        }
+    }
+
+    /// Checks the bound ([`MAX_SCHEDULE_AHEAD`], against this host's clock for `At`): the error
+    /// names the value. A time in the past is accepted (the event is due at once).
+    pub fn validate(&self) -> Result<(), Error> {
+        let days = |d: Duration| d.as_secs_f64() / 86_400.0;
+        match *self {
+            Schedule::After(d) if d > MAX_SCHEDULE_AHEAD => Err(invalid(
+                "schedule",
+                format!(
+                    "delay {} ms ({:.1} days) is longer than the most an event may wait, {} days",
+                    d.as_millis(),
+                    days(d),
+                    days(MAX_SCHEDULE_AHEAD)
+                ),
+            )),
+            Schedule::At(t) => {
+                let ms = t.duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+                match t.duration_since(SystemTime::now()) {
+                    Ok(ahead) if ahead > MAX_SCHEDULE_AHEAD => Err(invalid(
+                        "schedule",
+                        format!(
+                            "deliver_at_ms {ms} is {:.1} days ahead, more than the most an event may wait, {} days",
+                            days(ahead),
+                            days(MAX_SCHEDULE_AHEAD)
+                        ),
+                    )),
+                    _ => Ok(()),
+                }
+            }
+            Schedule::After(_) => Ok(()),
+        }
+    }
 }
 
 impl NewEvent {
@@ -54,6 +148,18 @@ impl NewEvent {
 
     pub fn with_header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sends the event at `at` (the database's clock decides; a time past sends it at once).
+    pub fn deliver_at(mut self, at: SystemTime) -> Self {
+        self.schedule = Some(Schedule::At(at));
+        self
+    }
+
+    /// Sends the event `delay` after its INSERT (the database's clock).
+    pub fn deliver_after(mut self, delay: Duration) -> Self {
+        self.schedule = Some(Schedule::After(delay));
         self
     }
 
@@ -112,6 +218,9 @@ impl NewEvent {
             if v.contains(['\0', '\u{1}', '\u{2}']) {
                 return Err(invalid("headers", format!("value of {k:?} has control characters")));
             }
+        }
+        if let Some(schedule) = &self.schedule {
+            schedule.validate()?;
         }
         crate::trace::check_headers(&self.headers)
     }

@@ -40,7 +40,7 @@ pub mod wire;
 pub use config::{Backoff, BackoffPolicy, ClaimStrategy, Config, SentRows, KEYS};
 pub use db::connect;
 pub use error::{ConfigError, Error, Result};
-pub use event::{EventId, NewEvent};
+pub use event::{EventId, NewEvent, Schedule, MAX_SCHEDULE_AHEAD};
 pub use host::start::{open, open_with, publisher_for, source_for};
 pub use migrate::{migrate, migrate_consumer, migrate_table, MigrationReport};
 pub use publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
@@ -48,7 +48,7 @@ pub use relay::{
     enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, Delivery, LatencyHook, Relay, RelayBuilder, StopReport,
 };
 pub use stats::{BreakerState, Stats};
-pub use store::{insert_statement, DeadLetter, Gauges, ScanPosition, INSERT_PARAMS};
+pub use store::{insert_statement, DeadLetter, Gauges, ScanPosition, INSERT_PARAMS, SCHEDULED_SQL};
 
 #[cfg(feature = "jni")]
 pub mod jni;

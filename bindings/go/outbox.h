@@ -356,6 +356,22 @@ typedef struct outbox_event {
 } outbox_event;
 
 /**
+ * When to send an event (`docs/scheduling.md`): set one field, or neither to send it as soon
+ * as it commits. The database's clock decides when it is due; a time already past sends it at
+ * once. At most 366 days ahead.
+ */
+typedef struct outbox_schedule {
+  /**
+   * The time to send it at, in milliseconds since the Unix epoch; 0: not set.
+   */
+  int64_t deliver_at_ms;
+  /**
+   * How long after the INSERT to send it, in milliseconds; 0: not set.
+   */
+  int64_t delay_ms;
+} outbox_schedule;
+
+/**
  * One bound parameter of a statement (`?` placeholders, bound in order, never interpolated).
  * Set `kind` to an `outbox_param_kind` value and the field it names; the others are ignored.
  */
@@ -724,6 +740,22 @@ enum outbox_result outbox_event_headers_json(const struct outbox_event *event,
                                              size_t *out_needed);
 
 /**
+ * Checks `schedule` as `outbox_enqueue_scheduled_in_tx` would (one field set, not negative,
+ * at most 366 days ahead) and writes the values to bind to the `deliver_at_ms` and `delay_ms`
+ * parameters of `outbox_insert_statement` (`*out_bind_*` false: bind NULL), for hosts that
+ * insert with their own driver. `OUTBOX_ERR_INVALID_EVENT` names the wrong value in `errstr`.
+ *
+ * Thread safety: safe from any thread.
+ */
+enum outbox_result outbox_schedule_params(const struct outbox_schedule *schedule,
+                                          int64_t *out_deliver_at_ms,
+                                          bool *out_bind_deliver_at,
+                                          int64_t *out_delay_ms,
+                                          bool *out_bind_delay,
+                                          char *errstr,
+                                          size_t errstr_size);
+
+/**
  * Checks `event` as `outbox_enqueue_in_tx` would (required fields, lengths, the relay's
  * `payload.max.bytes`, topic characters, reserved header names) without writing anything: for
  * hosts that insert with `outbox_insert_statement`. `OUTBOX_ERR_INVALID_EVENT` names the
@@ -797,6 +829,19 @@ enum outbox_result outbox_tx_query_int64(struct outbox_tx *tx,
 enum outbox_result outbox_enqueue_in_tx(struct outbox_tx *tx,
                                         const struct outbox_event *event,
                                         uint64_t *out_event_id);
+
+/**
+ * Like `outbox_enqueue_in_tx`, for an event sent at a later time (`schedule`; NULL or both
+ * fields 0: as soon as it commits). A scheduled event uses no attempt while it waits.
+ * `OUTBOX_ERR_INVALID_EVENT` names a wrong schedule (both fields set, a negative value, more
+ * than 366 days ahead) and nothing is written.
+ *
+ * Thread safety: not thread-safe for the same tx.
+ */
+enum outbox_result outbox_enqueue_scheduled_in_tx(struct outbox_tx *tx,
+                                                  const struct outbox_event *event,
+                                                  const struct outbox_schedule *schedule,
+                                                  uint64_t *out_event_id);
 
 /**
  * Commits the transaction, then wakes the relay so its events are dispatched at once (the

@@ -33,6 +33,60 @@ type Event struct {
 	Tag string
 	// Headers are extra message properties.
 	Headers map[string]string
+	// DeliverAt, when not zero, sends the event at that time rather than as soon as it commits
+	// (docs/scheduling.md): the database's clock decides when it is due, and a time already
+	// past sends it at once. At most 366 days ahead. Set DeliverAt or DeliverAfter, not both.
+	DeliverAt time.Time
+	// DeliverAfter, when positive, sends the event that long after its INSERT (the database's
+	// clock). It uses no attempt while it waits. At most 366 days; negative is refused.
+	DeliverAfter time.Duration
+}
+
+// schedule is the event's outbox_schedule (nil when it has none).
+func (ev Event) schedule() *C.outbox_schedule {
+	if ev.DeliverAt.IsZero() && ev.DeliverAfter == 0 {
+		return nil
+	}
+	s := &C.outbox_schedule{}
+	if !ev.DeliverAt.IsZero() {
+		s.deliver_at_ms = C.int64_t(ev.DeliverAt.UnixMilli())
+	}
+	if ev.DeliverAfter != 0 {
+		ms := ev.DeliverAfter.Milliseconds()
+		if ms == 0 {
+			// Under a millisecond, but set: not "no schedule", and keeps its sign.
+			ms = 1
+			if ev.DeliverAfter < 0 {
+				ms = -1
+			}
+		}
+		s.delay_ms = C.int64_t(ms)
+	}
+	return s
+}
+
+// scheduleParams checks the event's schedule as the library does and gives the values of the
+// insert statement's deliver_at_ms and delay_ms parameters (nil: NULL).
+func scheduleParams(ev Event) (at, delay any, err error) {
+	sched := ev.schedule()
+	if sched == nil {
+		return nil, nil, nil
+	}
+	var atMs, delayMs C.int64_t
+	var bindAt, bindDelay C.bool
+	err = call(func() C.enum_outbox_result {
+		return C.outbox_schedule_params(sched, &atMs, &bindAt, &delayMs, &bindDelay, nil, 0)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if bindAt {
+		at = int64(atMs)
+	}
+	if bindDelay {
+		delay = int64(delayMs)
+	}
+	return at, delay, nil
 }
 
 // cEvent is an outbox_event and everything it points to, in C memory.
@@ -408,6 +462,9 @@ func (t *Tx) Enqueue(ev Event) (uint64, error) {
 	defer ce.free()
 	var id C.uint64_t
 	err = t.with(func(h *C.outbox_tx) error {
+		if sched := ev.schedule(); sched != nil {
+			return call(func() C.enum_outbox_result { return C.outbox_enqueue_scheduled_in_tx(h, ce.ev, sched, &id) })
+		}
 		return call(func() C.enum_outbox_result { return C.outbox_enqueue_in_tx(h, ce.ev, &id) })
 	})
 	return uint64(id), err
@@ -470,6 +527,10 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, relay *Relay, ev Event) (int64, 
 		}
 		return s
 	}
+	deliverAt, delay, err := scheduleParams(ev)
+	if err != nil {
+		return 0, err
+	}
 	names := relay.insertParams()
 	args := make([]any, len(names))
 	for i, name := range names {
@@ -486,6 +547,10 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, relay *Relay, ev Event) (int64, 
 			args[i] = optional(ev.Tag)
 		case "headers":
 			args[i] = headers
+		case "deliver_at_ms":
+			args[i] = deliverAt
+		case "delay_ms":
+			args[i] = delay
 		default:
 			return 0, goError(CodeInvalidArgument, "the library's insert statement has a parameter %q this binding does not know; update the binding", name)
 		}

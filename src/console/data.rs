@@ -29,7 +29,10 @@ pub const STATUS_WINDOW: u64 = 1_000;
 #[derive(Debug, Clone, Default)]
 pub struct Backlog {
     pub wait_due: u64,
+    /// WAIT rows not yet due after a failed attempt or a park (backing off).
     pub wait_later: u64,
+    /// WAIT rows waiting for the time they were scheduled at (`docs/scheduling.md`).
+    pub scheduled: u64,
     pub sending: u64,
     pub fail: u64,
     /// The server's estimate of the table's rows minus the counts above: the sent (and
@@ -49,7 +52,9 @@ fn bounded_count(conn: &mut PooledConn, table: &str, index: &str, cond: &str) ->
 pub fn backlog(conn: &mut PooledConn, table: &str) -> Result<Backlog> {
     let ix = "idx_status_next_retry";
     let wait_due = bounded_count(conn, table, ix, "status = 'WAIT' AND next_retry_time <= NOW(3)")?;
-    let wait_later = bounded_count(conn, table, ix, "status = 'WAIT' AND next_retry_time > NOW(3)")?;
+    let not_due = bounded_count(conn, table, ix, "status = 'WAIT' AND next_retry_time > NOW(3)")?;
+    let scheduled = bounded_count(conn, table, ix, crate::store::SCHEDULED_SQL)?;
+    let wait_later = not_due.saturating_sub(scheduled);
     let sending = bounded_count(conn, table, ix, "status = 'SENDING'")?;
     let fail = bounded_count(conn, table, ix, "status = 'FAIL'")?;
     let rows: Option<Option<u64>> = conn.exec_first(
@@ -63,11 +68,12 @@ pub fn backlog(conn: &mut PooledConn, table: &str) -> Result<Backlog> {
     Ok(Backlog {
         wait_due,
         wait_later,
+        scheduled,
         sending,
         fail,
         done_estimate: rows
             .flatten()
-            .map(|r| r.saturating_sub(wait_due + wait_later + sending + fail)),
+            .map(|r| r.saturating_sub(wait_due + not_due + sending + fail)),
         oldest_due: oldest.map(|us| Duration::from_micros(us.max(0) as u64)),
     })
 }

@@ -45,7 +45,7 @@ pub(super) fn json(c: &Console) -> Page {
     Ok(Response::json(
         serde_json::json!({
             "table": c.config.table,
-            "wait_due": b.wait_due, "wait_later": b.wait_later, "sending": b.sending, "fail": b.fail,
+            "wait_due": b.wait_due, "wait_later": b.wait_later, "scheduled": b.scheduled, "sending": b.sending, "fail": b.fail,
             "sent_estimate": b.done_estimate, "count_bound": COUNT_BOUND,
             "oldest_due_ms": b.oldest_due.map(|d| d.as_millis() as u64),
             "paused": paused.map(|p| p.to_string()),
@@ -133,9 +133,10 @@ fn backlog_cards(b: &Backlog) -> String {
         _ => "",
     };
     format!(
-        "<div class=\"cards\">{}{}{}{}{}{}</div>",
+        "<div class=\"cards\">{}{}{}{}{}{}{}</div>",
         card("WAIT, due", count(b.wait_due, bound), ""),
         card("WAIT, backing off", count(b.wait_later, bound), ""),
+        card("WAIT, scheduled", count(b.scheduled, bound), ""),
         card("SENDING", count(b.sending, bound), ""),
         card(
             "FAIL (dead letters)",

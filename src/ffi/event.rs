@@ -34,6 +34,25 @@ pub struct outbox_event {
     pub headers_len: usize,
 }
 
+/// When to send an event (`docs/scheduling.md`): set one field, or neither to send it as soon
+/// as it commits. The database's clock decides when it is due; a time already past sends it at
+/// once. At most 366 days ahead.
+#[repr(C)]
+pub struct outbox_schedule {
+    /// The time to send it at, in milliseconds since the Unix epoch; 0: not set.
+    pub deliver_at_ms: i64,
+    /// How long after the INSERT to send it, in milliseconds; 0: not set.
+    pub delay_ms: i64,
+}
+
+pub(crate) unsafe fn to_schedule(s: *const outbox_schedule) -> Result<Option<crate::event::Schedule>, Failure> {
+    if s.is_null() {
+        return Ok(None);
+    }
+    let s = &*s;
+    Ok(crate::event::Schedule::from_millis(s.deliver_at_ms, s.delay_ms)?)
+}
+
 /// The kind of an `outbox_param`, in its `kind` field.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +107,7 @@ pub(crate) unsafe fn to_new_event(e: &outbox_event) -> Result<crate::event::NewE
         topic,
         tag,
         headers,
+        schedule: None,
     })
 }
 

@@ -247,7 +247,7 @@ proptest! {
                     }
                 }
             }
-            Ok(crate::event::NewEvent { biz_no, event_type, payload, topic, tag, headers: map })
+            Ok(crate::event::NewEvent { biz_no, event_type, payload, topic, tag, headers: map, schedule: None })
         })();
         match (got, expect) {
             (Ok(ev), Ok(want)) => {

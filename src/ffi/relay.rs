@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::boundary::{ffi_boundary, write_string_out, Failure};
 use super::conf::{c_dead_letter_hook, outbox_conf};
-use super::event::{outbox_event, to_new_event};
+use super::event::{outbox_event, outbox_schedule, to_new_event, to_schedule};
 use super::result::outbox_result::{self, *};
 use crate::host::relay::{check_event, insert_statement, HostRelay};
 
@@ -197,6 +197,36 @@ pub unsafe extern "C" fn outbox_event_headers_json(
     ffi_boundary!(nonnull(event, out_needed) {
         let ev = to_new_event(&*event)?;
         write_string_out(ev.headers_json().as_deref().unwrap_or(""), buf, len, out_needed)
+    })
+}
+
+/// Checks `schedule` as `outbox_enqueue_scheduled_in_tx` would (one field set, not negative,
+/// at most 366 days ahead) and writes the values to bind to the `deliver_at_ms` and `delay_ms`
+/// parameters of `outbox_insert_statement` (`*out_bind_*` false: bind NULL), for hosts that
+/// insert with their own driver. `OUTBOX_ERR_INVALID_EVENT` names the wrong value in `errstr`.
+///
+/// Thread safety: safe from any thread.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_schedule_params(
+    schedule: *const outbox_schedule,
+    out_deliver_at_ms: *mut i64,
+    out_bind_deliver_at: *mut bool,
+    out_delay_ms: *mut i64,
+    out_bind_delay: *mut bool,
+    errstr: *mut c_char,
+    errstr_size: usize,
+) -> outbox_result {
+    ffi_boundary!(errstr(errstr, errstr_size), nonnull(out_deliver_at_ms, out_bind_deliver_at, out_delay_ms, out_bind_delay) {
+        let schedule = to_schedule(schedule)?;
+        if let Some(s) = &schedule {
+            s.validate()?;
+        }
+        let (at, delay) = crate::event::Schedule::params(schedule.as_ref());
+        *out_deliver_at_ms = at.unwrap_or(0);
+        *out_bind_deliver_at = at.is_some();
+        *out_delay_ms = delay.unwrap_or(0);
+        *out_bind_delay = delay.is_some();
+        Ok(())
     })
 }
 

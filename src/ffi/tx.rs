@@ -4,7 +4,7 @@
 use std::ffi::c_char;
 
 use super::boundary::{arg_str, ffi_boundary, Failure};
-use super::event::{outbox_event, outbox_param, to_new_event, to_params};
+use super::event::{outbox_event, outbox_param, outbox_schedule, to_new_event, to_params, to_schedule};
 use super::relay::outbox_relay;
 use super::result::outbox_result;
 use crate::host::error::HostError;
@@ -110,6 +110,27 @@ pub unsafe extern "C" fn outbox_enqueue_in_tx(
 ) -> outbox_result {
     ffi_boundary!(nonnull(tx, event, out_event_id) {
         *out_event_id = (*tx).tx.enqueue(&to_new_event(&*event)?)?;
+        Ok(())
+    })
+}
+
+/// Like `outbox_enqueue_in_tx`, for an event sent at a later time (`schedule`; NULL or both
+/// fields 0: as soon as it commits). A scheduled event uses no attempt while it waits.
+/// `OUTBOX_ERR_INVALID_EVENT` names a wrong schedule (both fields set, a negative value, more
+/// than 366 days ahead) and nothing is written.
+///
+/// Thread safety: not thread-safe for the same tx.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_enqueue_scheduled_in_tx(
+    tx: *mut outbox_tx,
+    event: *const outbox_event,
+    schedule: *const outbox_schedule,
+    out_event_id: *mut u64,
+) -> outbox_result {
+    ffi_boundary!(nonnull(tx, event, out_event_id) {
+        let mut ev = to_new_event(&*event)?;
+        ev.schedule = to_schedule(schedule)?;
+        *out_event_id = (*tx).tx.enqueue(&ev)?;
         Ok(())
     })
 }

@@ -183,9 +183,11 @@ jni_entry! {
     fn Java_io_outbox_Native_checkEvent(
         biz_no: JString<'l>, event_type: JString<'l>, payload: JByteArray<'l>, topic: JString<'l>, tag: JString<'l>,
         header_keys: JObjectArray<'l>, header_values: JObjectArray<'l>,
+        deliver_at_ms: jlong, delay_ms: jlong,
         payload_max_bytes: jlong,
     ) -> jstring = null_mut(), |env| {
-        let event = event_from(env, [&biz_no, &event_type, &topic, &tag], &payload, [&header_keys, &header_values])?;
+        let mut event = event_from(env, [&biz_no, &event_type, &topic, &tag], &payload, [&header_keys, &header_values])?;
+        event.schedule = crate::event::Schedule::from_millis(deliver_at_ms, delay_ms)?;
         let max = usize::try_from(payload_max_bytes)
             .map_err(|_| Failure::IllegalArgument(format!("payload limit {payload_max_bytes}")))?;
         match check_event(&event, max)? {
@@ -373,8 +375,10 @@ jni_entry! {
         tx: jlong,
         biz_no: JString<'l>, event_type: JString<'l>, payload: JByteArray<'l>, topic: JString<'l>, tag: JString<'l>,
         header_keys: JObjectArray<'l>, header_values: JObjectArray<'l>,
+        deliver_at_ms: jlong, delay_ms: jlong,
     ) -> jlong = 0, |env| {
-        let event = event_from(env, [&biz_no, &event_type, &topic, &tag], &payload, [&header_keys, &header_values])?;
+        let mut event = event_from(env, [&biz_no, &event_type, &topic, &tag], &payload, [&header_keys, &header_values])?;
+        event.schedule = crate::event::Schedule::from_millis(deliver_at_ms, delay_ms)?;
         Ok(clamp_i64(handles::with_tx(tx, |t| t.enqueue(&event))?))
     }
 }

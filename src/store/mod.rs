@@ -34,21 +34,42 @@ pub mod status {
 const MAX_ERROR_CHARS: usize = 1000;
 
 /// The INSERT of one event into `table`, with its parameters in this order:
-/// `biz_no, event_type, payload, topic, tag, headers` (topic, tag and headers may be NULL;
-/// headers is a JSON object of strings). Status, times and the event key (`UUID()`: every copy of
+/// `biz_no, event_type, payload, topic, tag, headers, deliver_at_ms, delay_ms` (all but the first
+/// three may be NULL; headers is a JSON object of strings; `deliver_at_ms` is a time in
+/// milliseconds since the Unix epoch and `delay_ms` a delay from the INSERT, at most one of them
+/// set: [`crate::Schedule::params`]). Status, times and the event key (`UUID()`: every copy of
 /// the event carries it, and a held round sends the row without writing to it) are set by the
-/// database. The table
-/// name is checked like the `table` key, since it goes into the SQL text.
+/// database, whose clock also decides when a scheduled event is due (`next_retry_time`; a time
+/// already past is now). The table name is checked like the `table` key, since it goes into the
+/// SQL text.
 pub fn insert_statement(table: &str) -> std::result::Result<String, crate::error::ConfigError> {
     let table = crate::config::table_name("table", table)?;
     Ok(format!(
         "INSERT INTO {table} (biz_no, event_type, payload, topic, tag, headers, status, retry_count, next_retry_time, event_key) \
-         VALUES (?, ?, ?, ?, ?, ?, 'WAIT', 0, NOW(3), UUID())"
+         VALUES (?, ?, ?, ?, ?, ?, 'WAIT', 0, {SCHEDULED_DUE}, UUID())"
     ))
 }
 
+/// The due time of a new row from the `deliver_at_ms` and `delay_ms` parameters.
+const SCHEDULED_DUE: &str =
+    "GREATEST(NOW(3), COALESCE(FROM_UNIXTIME(? / 1000), NOW(3) + INTERVAL IFNULL(?, 0) * 1000 MICROSECOND))";
+
 /// The parameter names of [`insert_statement`], in order.
-pub const INSERT_PARAMS: &[&str] = &["biz_no", "event_type", "payload", "topic", "tag", "headers"];
+pub const INSERT_PARAMS: &[&str] = &[
+    "biz_no",
+    "event_type",
+    "payload",
+    "topic",
+    "tag",
+    "headers",
+    "deliver_at_ms",
+    "delay_ms",
+];
+
+/// The condition of a WAIT row that waits for its scheduled time (not a backoff or a park, which
+/// count an attempt or record why): what `outboxd status` and the console show as scheduled.
+pub const SCHEDULED_SQL: &str =
+    "status = 'WAIT' AND next_retry_time > NOW(3) AND retry_count = 0 AND last_error IS NULL";
 
 /// One claimed row and the claim that owns it.
 #[derive(Debug, Clone)]
@@ -673,6 +694,7 @@ pub(crate) fn insert<Q: Queryable>(q: &mut Q, table: &str, event: &NewEvent) -> 
         }
         _ => event,
     };
+    let (at_ms, delay_ms) = crate::event::Schedule::params(event.schedule.as_ref());
     let result = q.exec_iter(
         insert_statement(table)?,
         (
@@ -682,6 +704,8 @@ pub(crate) fn insert<Q: Queryable>(q: &mut Q, table: &str, event: &NewEvent) -> 
             &event.topic,
             &event.tag,
             event.headers_json(),
+            at_ms,
+            delay_ms,
         ),
     )?;
     Ok(result.last_insert_id().unwrap_or(0))

@@ -443,25 +443,71 @@ static void test_insert_statement_and_params(void) {
   CHECK(strncmp(sql, "INSERT INTO t_event_record", 26) == 0);
 
   size_t n = outbox_insert_param_count();
-  const char *want[] = {"biz_no", "event_type", "payload", "topic", "tag", "headers"};
-  CHECK(n == 6);
-  for (size_t i = 0; i < n && i < 6; i++) CHECK(strcmp(outbox_insert_param_name(i), want[i]) == 0);
+  const char *want[] = {"biz_no", "event_type", "payload", "topic",
+                        "tag",    "headers",    "deliver_at_ms", "delay_ms"};
+  CHECK(n == 8);
+  for (size_t i = 0; i < n && i < 8; i++) CHECK(strcmp(outbox_insert_param_name(i), want[i]) == 0);
   CHECK(outbox_insert_param_name(n) == NULL);
 
   /* The host-owned path: run the statement "with the host's driver" (here the library's tx,
    * standing in for it), then notify. */
   outbox_tx *tx = NULL;
   CHECK_OK(outbox_tx_begin(r, &tx));
-  outbox_param ps[6] = {p_text("C-HOST-1"), p_text("ORDER_PAID"), p_bytes("{}", 2),
-                        p_null(), p_null(), p_text("{\"via\":\"host\"}")};
+  outbox_param ps[8] = {p_text("C-HOST-1"), p_text("ORDER_PAID"), p_bytes("{}", 2),
+                        p_null(), p_null(), p_text("{\"via\":\"host\"}"), p_null(), p_null()};
   uint64_t affected = 0, id = 0;
-  CHECK_OK(outbox_tx_execute(tx, sql, ps, 6, &affected, &id));
+  CHECK_OK(outbox_tx_execute(tx, sql, ps, 8, &affected, &id));
   CHECK(affected == 1 && id > 0);
   CHECK_OK(outbox_tx_commit(tx));
   outbox_tx_free(tx);
   CHECK_OK(outbox_notify(r));
   CHECK(events_of(r, "C-HOST-1") == 1);
   free(sql);
+  outbox_free(r);
+}
+
+/* A scheduled event: its row is due when the schedule says, by the database's clock; the
+ * host-owned path gets the same values from outbox_schedule_params; bad schedules are refused
+ * naming the value, and nothing is written. */
+static void test_scheduled_events(void) {
+  outbox_relay *r = test_relay();
+  outbox_tx *tx = NULL;
+  uint64_t id = 0;
+  char err[256];
+  outbox_event e = order_event("C-SCHED-1");
+  outbox_schedule later = {0, 3600 * 1000};
+  CHECK_OK(outbox_tx_begin(r, &tx));
+  CHECK_OK(outbox_enqueue_scheduled_in_tx(tx, &e, &later, &id));
+  e.biz_no = "C-SCHED-2";
+  CHECK_OK(outbox_enqueue_scheduled_in_tx(tx, &e, NULL, &id)); /* NULL: not scheduled */
+  outbox_schedule both = {1, 2}, negative = {0, -5}, far = {0, 400LL * 24 * 3600 * 1000};
+  CHECK_RC(outbox_enqueue_scheduled_in_tx(tx, &e, &both, &id), OUTBOX_ERR_INVALID_EVENT);
+  CHECK_RC(outbox_enqueue_scheduled_in_tx(tx, &e, &negative, &id), OUTBOX_ERR_INVALID_EVENT);
+  CHECK_RC(outbox_enqueue_scheduled_in_tx(tx, &e, &far, &id), OUTBOX_ERR_INVALID_EVENT);
+  CHECK_OK(outbox_tx_commit(tx));
+  outbox_tx_free(tx);
+  /* An hour ahead (to the second, the INSERT and this query share the clock), and now. */
+  CHECK(query1(r, "SELECT TIMESTAMPDIFF(SECOND, NOW(3), next_retry_time) BETWEEN 3590 AND 3600 "
+                  "FROM t_event_record WHERE biz_no = ?", "C-SCHED-1") == 1);
+  CHECK(query1(r, "SELECT next_retry_time <= NOW(3) FROM t_event_record WHERE biz_no = ?",
+               "C-SCHED-2") == 1);
+  CHECK(events_of(r, "C-SCHED-2") == 1); /* the refused ones wrote nothing */
+
+  int64_t at = -1, delay = -1;
+  bool bind_at = true, bind_delay = false;
+  CHECK_OK(outbox_schedule_params(&later, &at, &bind_at, &delay, &bind_delay, err, sizeof err));
+  CHECK(!bind_at && bind_delay && delay == 3600 * 1000);
+  CHECK_OK(outbox_schedule_params(NULL, &at, &bind_at, &delay, &bind_delay, err, sizeof err));
+  CHECK(!bind_at && !bind_delay);
+  CHECK_RC(outbox_schedule_params(&both, &at, &bind_at, &delay, &bind_delay, err, sizeof err),
+           OUTBOX_ERR_INVALID_EVENT);
+  CHECK(strstr(err, "deliver_at_ms 1 and delay_ms 2") != NULL);
+  CHECK_RC(outbox_schedule_params(&far, &at, &bind_at, &delay, &bind_delay, err, sizeof err),
+           OUTBOX_ERR_INVALID_EVENT);
+  CHECK(strstr(err, "34560000000 ms") != NULL);
+  CHECK_RC(outbox_schedule_params(&later, NULL, &bind_at, &delay, &bind_delay, err, sizeof err),
+           OUTBOX_ERR_NULL_ARGUMENT);
+  CHECK_OK(outbox_stop(r, 5000));
   outbox_free(r);
 }
 
@@ -618,6 +664,7 @@ int main(int argc, char **argv) {
       {"invalid_events", test_invalid_events},
       {"insert_statement_and_params", test_insert_statement_and_params},
       {"event_headers_json", test_event_headers_json},
+      {"scheduled_events", test_scheduled_events},
       {"stats", test_stats},
       {"stop_is_idempotent_and_use_after_stop_fails",
        test_stop_is_idempotent_and_use_after_stop_fails},

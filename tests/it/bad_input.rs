@@ -708,7 +708,7 @@ mod properties {
             headers in proptest::collection::btree_map(any::<String>(), any::<String>(), 0..4),
             max in 0usize..400,
         ) {
-            let e = NewEvent { biz_no, event_type, payload, topic, tag, headers: headers.into_iter().collect::<BTreeMap<_, _>>() };
+            let e = NewEvent { biz_no, event_type, payload, topic, tag, headers: headers.into_iter().collect::<BTreeMap<_, _>>(), schedule: None };
             match e.validate(max) {
                 Ok(()) => {
                     prop_assert!(!e.payload.is_empty() && e.payload.len() <= max);

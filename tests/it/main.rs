@@ -18,6 +18,7 @@ mod protocol;
 mod relay;
 #[cfg(feature = "rocketmq")]
 mod rocketmq_e2e;
+mod schedule;
 mod schema;
 mod stall;
 #[cfg(feature = "rocketmq")]

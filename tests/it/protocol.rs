@@ -502,7 +502,16 @@ fn insert_statement_is_the_one_the_bindings_use() {
     );
     assert_eq!(
         outbox::INSERT_PARAMS,
-        &["biz_no", "event_type", "payload", "topic", "tag", "headers"]
+        &[
+            "biz_no",
+            "event_type",
+            "payload",
+            "topic",
+            "tag",
+            "headers",
+            "deliver_at_ms",
+            "delay_ms"
+        ]
     );
     db.conn()
         .exec_drop(
@@ -514,6 +523,8 @@ fn insert_statement_is_the_one_the_bindings_use() {
                 Some("T1"),
                 None::<String>,
                 Some("{\"k\":\"v\"}"),
+                None::<i64>,
+                None::<i64>,
             ),
         )
         .unwrap();

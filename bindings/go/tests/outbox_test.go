@@ -114,7 +114,7 @@ func TestVersionAndInsertParams(t *testing.T) {
 	if outbox.Version() == "" {
 		t.Fatal("empty version")
 	}
-	want := []string{"biz_no", "event_type", "payload", "topic", "tag", "headers"}
+	want := []string{"biz_no", "event_type", "payload", "topic", "tag", "headers", "deliver_at_ms", "delay_ms"}
 	if got := outbox.InsertParams(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("InsertParams = %v, want %v", got, want)
 	}
@@ -284,6 +284,76 @@ func TestHostOwnedTxEnqueuesWithTheCallersDriver(t *testing.T) {
 	}
 	if _, err := outbox.EnqueueTx(ctx, tx, nil, bad); !errors.Is(err, outbox.ErrNullArgument) {
 		t.Fatalf("nil relay: %v", err)
+	}
+}
+
+// Scheduled events through both enqueue paths: the row is due when the schedule says (the
+// database's clock), and a bad schedule is refused naming the value, writing nothing.
+func TestScheduledEventsThroughBothPaths(t *testing.T) {
+	r := start(t)
+	ctx := context.Background()
+	prefix := unique("GO-SCHED")
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := orderEvent(prefix + "-1")
+	later.DeliverAfter = time.Hour
+	past := orderEvent(prefix + "-2")
+	past.DeliverAt = time.Now().Add(-time.Minute)
+	for _, ev := range []outbox.Event{later, past} {
+		if _, err := outbox.EnqueueTx(ctx, tx, r, ev); err != nil {
+			t.Fatalf("EnqueueTx %s: %v", ev.BizNo, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ltx, err := r.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := orderEvent(prefix + "-3")
+	at.DeliverAt = time.Now().Add(time.Hour)
+	if _, err := ltx.Enqueue(at); err != nil {
+		t.Fatalf("Tx.Enqueue: %v", err)
+	}
+	if err := ltx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	hourAhead := "TIMESTAMPDIFF(SECOND, NOW(3), next_retry_time) BETWEEN 3590 AND 3600 AND retry_count = 0"
+	for _, biz := range []string{prefix + "-1", prefix + "-3"} {
+		if c := count(t, "SELECT COUNT(*) FROM t_event_record WHERE biz_no = ? AND "+hourAhead, biz); c != 1 {
+			t.Fatalf("%s is not due in an hour", biz)
+		}
+	}
+	if c := count(t, "SELECT COUNT(*) FROM t_event_record WHERE biz_no = ? AND next_retry_time <= NOW(3)", prefix+"-2"); c != 1 {
+		t.Fatal("a time already past is not due now")
+	}
+
+	before := count(t, "SELECT COUNT(*) FROM t_event_record")
+	tx, _ = db.BeginTx(ctx, nil)
+	defer tx.Rollback()
+	far := orderEvent(prefix + "-bad")
+	far.DeliverAfter = 400 * 24 * time.Hour
+	if _, err := outbox.EnqueueTx(ctx, tx, r, far); !errors.Is(err, outbox.ErrInvalidEvent) || !strings.Contains(err.Error(), "34560000000 ms") {
+		t.Fatalf("400 days: %v", err)
+	}
+	both := orderEvent(prefix + "-bad")
+	both.DeliverAt = time.Now().Add(time.Hour)
+	both.DeliverAfter = time.Minute
+	if _, err := outbox.EnqueueTx(ctx, tx, r, both); !errors.Is(err, outbox.ErrInvalidEvent) || !strings.Contains(err.Error(), "both set") {
+		t.Fatalf("both set: %v", err)
+	}
+	ltx, _ = r.Begin()
+	negative := orderEvent(prefix + "-bad")
+	negative.DeliverAfter = -time.Second
+	if _, err := ltx.Enqueue(negative); !errors.Is(err, outbox.ErrInvalidEvent) || !strings.Contains(err.Error(), "delay_ms -1000") {
+		t.Fatalf("negative: %v", err)
+	}
+	_ = ltx.Rollback()
+	if after := count(t, "SELECT COUNT(*) FROM t_event_record"); after != before {
+		t.Fatalf("%d rows written by refused schedules", after-before)
 	}
 }
 

@@ -542,6 +542,17 @@ fn status(config: &Config, json: bool) -> outbox::Result<()> {
     for (st, n) in &s.counts {
         println!("  {st:<10} {n}");
     }
+    if s.scheduled > 0 {
+        // Part of WAIT: rows waiting for the time they were scheduled at, not backing off.
+        let next = s
+            .next_scheduled_in
+            .map(|d| format!(", the next in {:.1} s", d.as_secs_f64()));
+        println!(
+            "  of WAIT, scheduled for later: {}{}",
+            s.scheduled,
+            next.unwrap_or_default()
+        );
+    }
     match s.oldest_wait_age {
         Some(a) => println!("oldest due WAIT: {:.1} s", a.as_secs_f64()),
         None => println!("oldest due WAIT: none due"),

@@ -1,6 +1,8 @@
 package io.outbox;
 
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.time.Instant;
 import java.util.Collections;
 import java.util.Map;
 import java.util.Objects;
@@ -21,14 +23,24 @@ public final class Event {
     private final String topic;
     private final String tag;
     private final Map<String, String> headers;
+    /** When to send it (docs/scheduling.md): at most one of the two is set. */
+    private final Instant deliverAt;
+    private final Duration deliverAfter;
 
     private Event(String bizNo, String eventType, byte[] payload, String topic, String tag, Map<String, String> headers) {
+        this(bizNo, eventType, payload, topic, tag, headers, null, null);
+    }
+
+    private Event(String bizNo, String eventType, byte[] payload, String topic, String tag, Map<String, String> headers,
+            Instant deliverAt, Duration deliverAfter) {
         this.bizNo = bizNo;
         this.eventType = eventType;
         this.payload = payload;
         this.topic = topic;
         this.tag = tag;
         this.headers = headers;
+        this.deliverAt = deliverAt;
+        this.deliverAfter = deliverAfter;
     }
 
     /**
@@ -96,7 +108,66 @@ public final class Event {
      * @return this event sent to {@code topic} instead of the configured default topic
      */
     public Event withTopic(String topic) {
-        return new Event(bizNo, eventType, payload, topic, tag, headers);
+        return new Event(bizNo, eventType, payload, topic, tag, headers, deliverAt, deliverAfter);
+    }
+
+    /**
+     * This event sent at {@code at} rather than as soon as it commits: the database's clock
+     * decides when it is due, and a time already past sends it at once. At most 366 days ahead
+     * (checked by {@code enqueue}). Replaces a {@link #deliverAfter} delay.
+     *
+     * @param at when to send it
+     * @return this event scheduled at {@code at}
+     */
+    public Event deliverAt(Instant at) {
+        return new Event(bizNo, eventType, payload, topic, tag, headers, Objects.requireNonNull(at, "at"), null);
+    }
+
+    /**
+     * This event sent {@code delay} after its INSERT (the database's clock) rather than as soon
+     * as it commits; it uses no attempt while it waits. At most 366 days (checked by
+     * {@code enqueue}). Replaces a {@link #deliverAt} time.
+     *
+     * @param delay how long after the INSERT to send it
+     * @return this event scheduled {@code delay} after its INSERT
+     */
+    public Event deliverAfter(Duration delay) {
+        return new Event(bizNo, eventType, payload, topic, tag, headers, null, Objects.requireNonNull(delay, "delay"));
+    }
+
+    /**
+     * The time set by {@link #deliverAt}, or {@code null}.
+     *
+     * @return the time set by {@link #deliverAt}, or {@code null}
+     */
+    public Instant deliverAtTime() {
+        return deliverAt;
+    }
+
+    /**
+     * The delay set by {@link #deliverAfter}, or {@code null}.
+     *
+     * @return the delay set by {@link #deliverAfter}, or {@code null}
+     */
+    public Duration deliverAfterDelay() {
+        return deliverAfter;
+    }
+
+    /** The schedule as the library takes it: milliseconds since the epoch, 0 when not set. */
+    long deliverAtMs() {
+        return deliverAt == null ? 0 : deliverAt.toEpochMilli();
+    }
+
+    /** The delay in milliseconds, 0 when not set (negative stays negative, for the library to refuse). */
+    long delayMs() {
+        if (deliverAfter == null) {
+            return 0;
+        }
+        try {
+            return deliverAfter.toMillis();
+        } catch (ArithmeticException e) {
+            return deliverAfter.isNegative() ? -1 : Long.MAX_VALUE;
+        }
     }
 
     /**
@@ -106,7 +177,7 @@ public final class Event {
      * @return this event with message tag {@code tag} (by default the event type)
      */
     public Event withTag(String tag) {
-        return new Event(bizNo, eventType, payload, topic, tag, headers);
+        return new Event(bizNo, eventType, payload, topic, tag, headers, deliverAt, deliverAfter);
     }
 
     /**
@@ -119,7 +190,7 @@ public final class Event {
     public Event withHeader(String key, String value) {
         TreeMap<String, String> h = new TreeMap<>(headers);
         h.put(Objects.requireNonNull(key, "header key"), Objects.requireNonNull(value, "header value"));
-        return new Event(bizNo, eventType, payload, topic, tag, Collections.unmodifiableMap(h));
+        return new Event(bizNo, eventType, payload, topic, tag, Collections.unmodifiableMap(h), deliverAt, deliverAfter);
     }
 
     /**
@@ -192,6 +263,7 @@ public final class Event {
     public String toString() {
         return "Event{bizNo=" + bizNo + ", eventType=" + eventType + ", payload=" + (payload == null ? "null" : payload.length + " bytes")
                 + (topic == null ? "" : ", topic=" + topic) + (tag == null ? "" : ", tag=" + tag)
-                + (headers.isEmpty() ? "" : ", headers=" + headers) + "}";
+                + (headers.isEmpty() ? "" : ", headers=" + headers)
+                + (deliverAt == null ? "" : ", deliverAt=" + deliverAt) + (deliverAfter == null ? "" : ", deliverAfter=" + deliverAfter) + "}";
     }
 }

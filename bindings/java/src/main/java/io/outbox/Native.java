@@ -329,7 +329,7 @@ final class Native {
     static native String[] insertParams();
 
     static native String checkEvent(String bizNo, String eventType, byte[] payload, String topic, String tag,
-            String[] headerKeys, String[] headerValues, long payloadMaxBytes);
+            String[] headerKeys, String[] headerValues, long deliverAtMs, long delayMs, long payloadMaxBytes);
 
     static native int[] migrateConfig(String[] keys, String[] values);
 
@@ -371,7 +371,7 @@ final class Native {
     static native long txLastInsertId(long tx);
 
     static native long txEnqueue(long tx, String bizNo, String eventType, byte[] payload, String topic, String tag,
-            String[] headerKeys, String[] headerValues);
+            String[] headerKeys, String[] headerValues, long deliverAtMs, long delayMs);
 
     static native void txCommit(long tx);
 

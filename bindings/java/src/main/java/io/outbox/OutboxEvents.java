@@ -93,7 +93,7 @@ public final class OutboxEvents {
         Event.checkText(event);
         // Validated by the library's own rules; also gives the headers column's JSON.
         String headers = Native.checkEvent(event.bizNo(), event.eventType(), event.payloadUnsafe(), event.topic(), event.tag(),
-                event.headerKeys(), event.headerValues(), payloadMax);
+                event.headerKeys(), event.headerValues(), event.deliverAtMs(), event.delayMs(), payloadMax);
         try {
             if (conn.getAutoCommit()) {
                 // The row would commit alone at once: the business write that follows could fail
@@ -127,6 +127,12 @@ public final class OutboxEvents {
                     case "headers":
                         setNullable(ps, n, headers);
                         break;
+                    case "deliver_at_ms":
+                        setNullableLong(ps, n, event.deliverAtMs());
+                        break;
+                    case "delay_ms":
+                        setNullableLong(ps, n, event.delayMs());
+                        break;
                     default:
                         throw new OutboxInternalException("the library's INSERT has a parameter " + ins.params[i]
                                 + " that this outbox.jar does not know: use the jar and library of one release");
@@ -149,6 +155,15 @@ public final class OutboxEvents {
             ps.setNull(n, Types.VARCHAR);
         } else {
             ps.setString(n, v);
+        }
+    }
+
+    /** 0 (not set) is bound as NULL. */
+    private static void setNullableLong(PreparedStatement ps, int n, long v) throws SQLException {
+        if (v == 0) {
+            ps.setNull(n, Types.BIGINT);
+        } else {
+            ps.setLong(n, v);
         }
     }
 

@@ -170,7 +170,7 @@ public final class OutboxTransaction implements AutoCloseable {
         Event.checkText(event);
         try {
             return Native.txEnqueue(handle(), event.bizNo(), event.eventType(), event.payloadUnsafe(), event.topic(), event.tag(),
-                    event.headerKeys(), event.headerValues());
+                    event.headerKeys(), event.headerValues(), event.deliverAtMs(), event.delayMs());
         } finally {
             Reference.reachabilityFence(this);
         }
