@@ -12,6 +12,7 @@
 
 pub mod admin;
 mod breaker;
+pub mod cancel;
 pub mod config;
 #[cfg(feature = "console")]
 pub mod console;
@@ -37,6 +38,7 @@ pub mod telemetry;
 pub mod trace;
 pub mod wire;
 
+pub use cancel::{CancelOutcome, CancelReport};
 pub use config::{Backoff, BackoffPolicy, ClaimStrategy, Config, SentRows, KEYS};
 pub use db::connect;
 pub use error::{ConfigError, Error, Result};

@@ -239,6 +239,11 @@ pub const LOST_ROUND_LAST: Transition = t("lost round (last attempt)", HELD, Las
 // once older than the retention; the age is the purge's own condition.
 pub const RETENTION: Transition = t("retention", Guard::on(Success), Any, None, false, Claim::Keep);
 
+// A caller's cancel (`crate::cancel`): a pending row no claim holds is deleted, before it leaves.
+// Its locking read waits for a held round's transaction (whose row locks are its claim); a
+// lease claim has made the row SENDING, which the guard does not admit (in flight).
+pub const CANCEL: Transition = t("cancel", Guard::on(Wait), Any, None, false, Claim::Keep);
+
 /// Every transition, for the model and the conformance test.
 pub const TRANSITIONS: &[Transition] = &[
     LEASE_CLAIM,
@@ -258,6 +263,7 @@ pub const TRANSITIONS: &[Transition] = &[
     LOST_ROUND,
     LOST_ROUND_LAST,
     RETENTION,
+    CANCEL,
 ];
 
 #[cfg(test)]

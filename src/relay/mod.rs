@@ -338,6 +338,27 @@ impl Relay {
         Ok(())
     }
 
+    /// Cancels these events if they have not left yet (`docs/scheduling.md`): one outcome per
+    /// event, audited as done by this instance. Works after `stop` too (it only writes to the
+    /// table).
+    pub fn cancel(&self, ids: &[EventId]) -> Result<crate::cancel::CancelReport> {
+        let c = &self.inner.config;
+        crate::cancel::cancel_ids(self.inner.store.pool(), &c.table, ids, self.instance_id())
+    }
+
+    /// Cancels the pending events of `biz_no` (of `event_type` only, when given), like
+    /// [`Relay::cancel`].
+    pub fn cancel_by_biz_no(&self, biz_no: &str, event_type: Option<&str>) -> Result<crate::cancel::CancelReport> {
+        let c = &self.inner.config;
+        crate::cancel::cancel_by_biz_no(
+            self.inner.store.pool(),
+            &c.table,
+            biz_no,
+            event_type,
+            self.instance_id(),
+        )
+    }
+
     /// Inserts `event` on its own (autocommit) and wakes the relay.
     pub fn enqueue(&self, event: &NewEvent) -> Result<EventId> {
         self.check_open()?;

@@ -173,6 +173,9 @@ fn the_stores_statements_change_exactly_the_rows_their_transition_admits() {
     conforms(&protocol::RENEW, 0, |s, ids| {
         s.renew(TOKEN, ids).unwrap();
     });
+    conforms(&protocol::CANCEL, 0, |s, ids| {
+        outbox::cancel::cancel_ids(s.pool(), "t_event_record", ids, "test").unwrap();
+    });
     // The reclaim takes rows by their attempts: those with one left go back to WAIT, those on
     // their last to FAIL.
     let max_retry = outbox::Config::new("mysql://x@127.0.0.1/x").max_retry;

@@ -2,6 +2,7 @@
 
 mod admin;
 mod bad_input;
+mod cancel;
 mod conformance;
 #[cfg(feature = "console")]
 mod console;

@@ -39,7 +39,7 @@ fn relay_model(strategy: Strategy) -> RelayModel {
     RelayModel::new(strategy, 2, events(), Faults::each_once())
 }
 
-/// Operators' pause and resume, and retention, beside crashes, stalls and a broker fault (kept
+/// Operators' pause and resume, retention and a caller's cancel, beside crashes, stalls and a broker fault (kept
 /// apart from the other faults to stay small; the same in the deep run).
 fn pause_and_retention_model(strategy: Strategy) -> RelayModel {
     let faults = Faults {
@@ -47,6 +47,7 @@ fn pause_and_retention_model(strategy: Strategy) -> RelayModel {
         replays: 0,
         pauses: 1,
         retention: true,
+        cancels: 1,
         ..Faults::each_once()
     };
     RelayModel::new(strategy, 2, 2, faults)
@@ -243,6 +244,17 @@ mod mutants {
         };
         let trace = counterexample(m, "a row recorded as sent was sent");
         assert!(trace.contains("Retention"), "{trace}");
+    }
+
+    #[test]
+    fn a_cancel_that_deletes_a_row_in_flight_is_caught() {
+        let mut m = pause_and_retention_model(Strategy::Lease);
+        m.table.cancel.guard = Guard {
+            status: outbox::protocol::Status::Sending,
+            ..m.table.cancel.guard
+        };
+        let trace = counterexample(m, "a cancel never deletes a row that a live claim is sending");
+        assert!(trace.contains("Cancel"), "{trace}");
     }
 
     #[test]

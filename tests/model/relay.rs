@@ -37,6 +37,7 @@ pub struct Table {
     pub lost_round: Transition,
     pub lost_round_last: Transition,
     pub retention: Transition,
+    pub cancel: Transition,
 }
 
 impl Table {
@@ -59,6 +60,7 @@ impl Table {
             lost_round: protocol::LOST_ROUND,
             lost_round_last: protocol::LOST_ROUND_LAST,
             retention: protocol::RETENTION,
+            cancel: protocol::CANCEL,
         }
     }
 
@@ -82,6 +84,7 @@ impl Table {
             self.lost_round,
             self.lost_round_last,
             self.retention,
+            self.cancel,
         ]
     }
 }
@@ -103,6 +106,9 @@ pub struct Faults {
     pub pauses: u8,
     /// Retention runs (`sent.retention`): any row may be offered to its DELETE at any time.
     pub retention: bool,
+    /// The order service cancels an event (`crate::cancel`): offered any row no round's
+    /// transaction locks (the cancel's locking read waits for a held round to end).
+    pub cancels: u8,
 }
 
 impl Faults {
@@ -116,6 +122,7 @@ impl Faults {
             replays: 1,
             pauses: 0,
             retention: false,
+            cancels: 0,
         }
     }
 }
@@ -199,7 +206,7 @@ pub struct State {
     /// `claim-lost` audits and operator replays: what a copy can be attributed to.
     pub counted: Vec<u8>,
     pub next_claim: u16,
-    pub left: [u8; 6],
+    pub left: [u8; 7],
     /// The table is paused (`outbox_control`): relays claim nothing.
     pub paused: bool,
     /// Ghost: the first statement that changed a row under a claim that was no longer its own.
@@ -209,6 +216,10 @@ pub struct State {
     pub out_of_order: bool,
     /// Ghost: events an operator replayed (sent again out of order, by choice).
     pub replayed: Vec<bool>,
+    /// Ghost: events whose cancel deleted their row (reported cancelled to the caller).
+    pub cancelled: Vec<bool>,
+    /// Ghost: a cancel deleted a row that a live round's claim still held.
+    pub cancel_under_claim: bool,
 }
 
 const CRASH: usize = 0;
@@ -217,6 +228,7 @@ const BROKER: usize = 2;
 const DB: usize = 3;
 const REPLAY: usize = 4;
 const PAUSE: usize = 5;
+const CANCEL: usize = 6;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
@@ -241,6 +253,8 @@ pub enum Action {
     Resume,
     /// Retention deletes a sent row kept as SUCCESS once it is old enough.
     Retention(usize),
+    /// The order service cancels the event (a no-op unless the guard admits the row).
+    Cancel(usize),
 }
 
 impl RelayModel {
@@ -389,6 +403,7 @@ impl RelayModel {
                     | Action::Replay(_)
                     | Action::Pause
                     | Action::Retention(_)
+                    | Action::Cancel(_)
             )
         })
     }
@@ -445,11 +460,14 @@ impl Model for RelayModel {
                 self.faults.db,
                 self.faults.replays,
                 self.faults.pauses,
+                self.faults.cancels,
             ],
             paused: false,
             stale: None,
             out_of_order: false,
             replayed: vec![false; n],
+            cancelled: vec![false; n],
+            cancel_under_claim: false,
         }]
     }
 
@@ -523,6 +541,9 @@ impl Model for RelayModel {
             // Offered every existing row: the guard decides (a no-op unless it admits the row).
             if self.faults.retention && row.status.is_some() {
                 out.push(Action::Retention(e));
+            }
+            if s.left[CANCEL] > 0 && row.status.is_some() && row.lock.is_none() {
+                out.push(Action::Cancel(e));
             }
         }
         if s.paused {
@@ -702,6 +723,23 @@ impl Model for RelayModel {
                 let t = self.table.retention;
                 self.apply(&mut s, &t, e, 0, 0, false);
             }
+            Action::Cancel(e) => {
+                s.left[CANCEL] -= 1;
+                let t = self.table.cancel;
+                let claimed = s.relays.iter().enumerate().any(|(r, relay)| {
+                    relay.alive
+                        && relay.round.as_ref().is_some_and(|round| {
+                            !round.conn_lost
+                                && round.rows.iter().any(|(x, ..)| *x == e)
+                                && s.rows[e].claim == Some((r as u8, round.claim_no))
+                                && !s.rows[e].lease_expired
+                        })
+                });
+                if self.apply(&mut s, &t, e, 0, 0, false) {
+                    s.cancelled[e] = true;
+                    s.cancel_under_claim |= claimed;
+                }
+            }
             Action::Replay(e) => {
                 s.left[REPLAY] -= 1;
                 let row = &mut s.rows[e];
@@ -741,8 +779,15 @@ impl Model for RelayModel {
                 s.rows
                     .iter()
                     .zip(&s.sends)
-                    .all(|(row, sent)| !matches!(row.status, None | Some(Status::Success)) || *sent > 0)
+                    .zip(&s.cancelled)
+                    .all(|((row, sent), cancelled)| {
+                        !matches!(row.status, None | Some(Status::Success)) || *sent > 0 || *cancelled
+                    })
             }),
+            Property::always(
+                "a cancel never deletes a row that a live claim is sending",
+                |_, s: &State| !s.cancel_under_claim,
+            ),
             Property::always(
                 "when nothing is left to do, every committed event is sent or FAIL",
                 |m: &Self, s: &State| !m.quiescent(s) || s.rows.iter().all(Self::is_final),
