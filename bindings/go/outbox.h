@@ -116,6 +116,36 @@ typedef enum outbox_result {
 } outbox_result;
 
 /**
+ * What `outbox_cancel` did to the event (`*out_outcome`). Values are stable.
+ */
+typedef enum outbox_cancel_outcome {
+  /**
+   * Deleted before it was sent (audited as `cancel`).
+   */
+  OUTBOX_CANCELLED = 0,
+  /**
+   * An earlier cancel removed it.
+   */
+  OUTBOX_CANCEL_ALREADY_CANCELLED = 1,
+  /**
+   * Claimed by a relay under a lease: it will be sent.
+   */
+  OUTBOX_CANCEL_IN_FLIGHT = 2,
+  /**
+   * Sent (kept as SUCCESS, or deleted as sent while the cancel waited for its relay).
+   */
+  OUTBOX_CANCEL_ALREADY_SENT = 3,
+  /**
+   * Dead-lettered (FAIL): not sent.
+   */
+  OUTBOX_CANCEL_DEAD_LETTERED = 4,
+  /**
+   * Not in the table: sent and deleted (`sent.rows = delete`), purged, or never committed.
+   */
+  OUTBOX_CANCEL_GONE = 5,
+} outbox_cancel_outcome;
+
+/**
  * Severity of a log record, and the threshold of `outbox_set_log_level`. The values are
  * stable.
  */
@@ -391,6 +421,33 @@ typedef struct outbox_param {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Cancels the event `event_id` if it has not left yet (docs/scheduling.md): a cancel racing
+ * the relay waits for a round sending it to end, so the outcome (`*out_outcome`, an
+ * `outbox_cancel_outcome` value) is exact: cancelled, or sent (or in flight, and then sent).
+ * The cancel is audited in `outbox_audit` with the relay's instance id. An id the table never
+ * issued is `OUTBOX_ERR_INVALID_EVENT` (naming it), and nothing changes. Allowed after
+ * `outbox_stop`.
+ *
+ * Thread safety: safe from any thread, concurrently with any call on the same relay except
+ * `outbox_free`.
+ */
+enum outbox_result outbox_cancel(const struct outbox_relay *relay,
+                                 uint64_t event_id,
+                                 enum outbox_cancel_outcome *out_outcome);
+
+/**
+ * Cancels the pending events of `biz_no` (NUL-terminated UTF-8), of type `event_type` only
+ * when it is not NULL, like `outbox_cancel`; `*out_cancelled` receives how many were cancelled
+ * (the others had left, or were in flight).
+ *
+ * Thread safety: as `outbox_cancel`.
+ */
+enum outbox_result outbox_cancel_by_biz_no(const struct outbox_relay *relay,
+                                           const char *biz_no,
+                                           const char *event_type,
+                                           uint64_t *out_cancelled);
 
 /**
  * A new configuration with the library's defaults (`publisher` is `rocketmq`; set `db.url`).

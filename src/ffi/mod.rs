@@ -19,6 +19,7 @@
 // header) is the safety contract, as in rustls-ffi.
 #![allow(clippy::missing_safety_doc)]
 mod boundary;
+mod cancel;
 mod conf;
 mod consumer;
 mod event;
@@ -28,6 +29,7 @@ mod relay;
 mod result;
 mod tx;
 
+pub use cancel::*;
 pub use conf::*;
 pub use consumer::*;
 pub use event::*;

@@ -1,6 +1,6 @@
 //! [`HostRelay`]: a relay as both bindings hold it (the relay, the slot of its dead-letter hook,
 //! its latency stats), and the operations on it and around it: start, notify, stats, stop,
-//! migrate, the insert statement, an event checked for the host's own INSERT.
+//! migrate, the insert statement, an event checked for the host's own INSERT, cancel.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +9,7 @@ use parking_lot::RwLock;
 
 use super::error::HostResult;
 use super::start::open_with;
+use crate::cancel::CancelOutcome;
 use crate::config::Config;
 use crate::error::{ConfigError, Error};
 use crate::event::NewEvent;
@@ -78,6 +79,18 @@ impl HostRelay {
     }
 
     /// Wakes the relay so committed events go out now; `Error::Stopped` after a stop.
+    /// Cancels the event `id` if it has not left yet (`crate::cancel`): what became of it. Works
+    /// after the relay's stop too (it only writes to the table).
+    pub(crate) fn cancel(&self, id: u64) -> HostResult<CancelOutcome> {
+        let report = self.relay.cancel(&[id])?;
+        Ok(report.outcomes.get(&id).copied().unwrap_or(CancelOutcome::Gone))
+    }
+
+    /// Cancels the pending events of `biz_no` (of `event_type` only, when given): how many.
+    pub(crate) fn cancel_by_biz_no(&self, biz_no: &str, event_type: Option<&str>) -> HostResult<usize> {
+        Ok(self.relay.cancel_by_biz_no(biz_no, event_type)?.cancelled())
+    }
+
     pub(crate) fn notify(&self) -> HostResult<()> {
         self.check_running()?;
         self.relay.notify();

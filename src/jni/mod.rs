@@ -44,7 +44,7 @@ use boundary::{jni_entry, string_array, Failure, JResult};
 
 /// Version of the contract between `outbox.jar` and this library (the set of native methods
 /// and their signatures). The jar refuses a library with another value.
-pub const JNI_ABI_VERSION: jint = 4;
+pub const JNI_ABI_VERSION: jint = 5;
 
 // ---------------------------------------------------------------------------------------------
 // results
@@ -272,6 +272,24 @@ jni_entry! {
 
 jni_entry! {
     fn Java_io_outbox_Native_notifyRelay(handle: jlong) -> () = (), |_| Ok(handles::relay(handle)?.notify()?)
+}
+
+jni_entry! {
+    /// Cancels one event: its `crate::cancel::CancelOutcome::code` (`io.outbox.CancelOutcome`'s ordinal).
+    fn Java_io_outbox_Native_cancel(handle: jlong, event_id: jlong) -> jint = -1, |_| {
+        let id = u64::try_from(event_id)
+            .map_err(|_| Failure::IllegalArgument(format!("event id {event_id} is negative")))?;
+        Ok(handles::relay(handle)?.cancel(id)?.code())
+    }
+}
+
+jni_entry! {
+    /// Cancels the pending events of a business key (and type): how many.
+    fn Java_io_outbox_Native_cancelByBizNo(handle: jlong, biz_no: JString<'l>, event_type: JString<'l>) -> jlong = 0, |env| {
+        let biz_no = string(env, &biz_no, "bizNo")?;
+        let event_type = args::opt_string(env, &event_type)?;
+        Ok(handles::relay(handle)?.cancel_by_biz_no(&biz_no, event_type.as_deref())? as jlong)
+    }
 }
 
 jni_entry! {

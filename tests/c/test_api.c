@@ -511,6 +511,53 @@ static void test_scheduled_events(void) {
   outbox_free(r);
 }
 
+/* Cancelling: a scheduled event is cancelled (row gone, audited), a second cancel says so, an
+ * id never issued is refused naming it; by business key and type. */
+static void test_cancel(void) {
+  outbox_relay *r = test_relay();
+  outbox_tx *tx = NULL;
+  uint64_t ids[3] = {0, 0, 0};
+  outbox_schedule later = {0, 3600 * 1000};
+  outbox_event e = order_event("C-CANCEL-1");
+  CHECK_OK(outbox_tx_begin(r, &tx));
+  CHECK_OK(outbox_enqueue_scheduled_in_tx(tx, &e, &later, &ids[0]));
+  e.biz_no = "C-CANCEL-2";
+  e.event_type = "ORDER_TIMEOUT";
+  CHECK_OK(outbox_enqueue_scheduled_in_tx(tx, &e, &later, &ids[1]));
+  e.event_type = "ORDER_REMINDER";
+  CHECK_OK(outbox_enqueue_scheduled_in_tx(tx, &e, &later, &ids[2]));
+  CHECK_OK(outbox_tx_commit(tx));
+  outbox_tx_free(tx);
+
+  outbox_cancel_outcome outcome = OUTBOX_CANCEL_GONE;
+  CHECK_OK(outbox_cancel(r, ids[0], &outcome));
+  CHECK(outcome == OUTBOX_CANCELLED);
+  CHECK(events_of(r, "C-CANCEL-1") == 0);
+  CHECK(query1(r, "SELECT COUNT(*) FROM outbox_audit WHERE action = 'cancel' AND detail = ?",
+               "cancelled before it was sent") == 1);
+  CHECK_OK(outbox_cancel(r, ids[0], &outcome));
+  CHECK(outcome == OUTBOX_CANCEL_ALREADY_CANCELLED);
+  CHECK_RC(outbox_cancel(r, ids[2] + 1000, &outcome), OUTBOX_ERR_INVALID_EVENT);
+  char err[256];
+  size_t needed = 0;
+  CHECK_OK(outbox_last_error(err, sizeof err, &needed));
+  CHECK(strstr(err, "is not an event of t_event_record") != NULL);
+
+  uint64_t n = 99;
+  CHECK_OK(outbox_cancel_by_biz_no(r, "C-CANCEL-2", "ORDER_TIMEOUT", &n));
+  CHECK(n == 1);
+  CHECK(events_of(r, "C-CANCEL-2") == 1);
+  CHECK_OK(outbox_cancel_by_biz_no(r, "C-CANCEL-2", NULL, &n));
+  CHECK(n == 1);
+  CHECK(events_of(r, "C-CANCEL-2") == 0);
+  CHECK_RC(outbox_cancel_by_biz_no(r, BAD_UTF8, NULL, &n), OUTBOX_ERR_INVALID_UTF8);
+  CHECK_RC(outbox_cancel_by_biz_no(r, NULL, NULL, &n), OUTBOX_ERR_NULL_ARGUMENT);
+  CHECK_RC(outbox_cancel(NULL, 1, &outcome), OUTBOX_ERR_NULL_ARGUMENT);
+  CHECK_RC(outbox_cancel(r, 1, NULL), OUTBOX_ERR_NULL_ARGUMENT);
+  CHECK_OK(outbox_stop(r, 5000));
+  outbox_free(r);
+}
+
 static void test_stats(void) {
   outbox_relay *r = test_relay();
   size_t needed = 0;
@@ -665,6 +712,7 @@ int main(int argc, char **argv) {
       {"insert_statement_and_params", test_insert_statement_and_params},
       {"event_headers_json", test_event_headers_json},
       {"scheduled_events", test_scheduled_events},
+      {"cancel", test_cancel},
       {"stats", test_stats},
       {"stop_is_idempotent_and_use_after_stop_fails",
        test_stop_is_idempotent_and_use_after_stop_fails},

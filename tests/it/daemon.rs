@@ -1203,3 +1203,89 @@ fn migrate_consumer_creates_the_consumer_s_tables_alone() {
     assert_eq!(code, 0, "{err}");
     assert!(stdout.contains("the consumer's tables are up to date"), "{stdout}");
 }
+
+#[test]
+fn events_cancel_by_id_and_by_business_key_prints_each_outcome_and_status_shows_scheduled() {
+    let db = TestDb::new("d_cancel");
+    let mut conn = db.conn();
+    let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+    let later = |b: &str, t: &str| outbox::NewEvent::new(b, t, "x").deliver_after(Duration::from_secs(3600));
+    let ids: Vec<u64> = [
+        later("ORD-1", "ORDER_TIMEOUT"),
+        later("ORD-2", "ORDER_TIMEOUT"),
+        later("ORD-2", "ORDER_REMINDER"),
+        outbox::NewEvent::new("ORD-3", "ORDER_CREATED", "x"),
+    ]
+    .iter()
+    .map(|e| outbox::enqueue_in_tx(&mut tx, e).unwrap())
+    .collect();
+    tx.commit().unwrap();
+    conn.exec_drop("UPDATE t_event_record SET status = 'SUCCESS' WHERE id = ?", (ids[3],))
+        .unwrap();
+
+    let (code, stdout, err) = out({
+        let mut c = outboxd(&db);
+        c.arg("status");
+        c
+    });
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("of WAIT, scheduled for later: 3, the next in"),
+        "{stdout}"
+    );
+
+    let (code, stdout, err) = out({
+        let mut c = outboxd(&db);
+        c.args(["events", "cancel", "--actor", "ops@test"]);
+        c.args(["--id", &ids[0].to_string(), "--id", &ids[3].to_string()]);
+        c
+    });
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains(&format!("event {}: cancelled", ids[0])), "{stdout}");
+    assert!(stdout.contains(&format!("event {}: already sent", ids[3])), "{stdout}");
+    assert!(
+        stdout.contains("2 in t_event_record: cancelled 1, already sent 1"),
+        "{stdout}"
+    );
+
+    let (code, stdout, err) = out({
+        let mut c = outboxd(&db);
+        c.args([
+            "events",
+            "cancel",
+            "--biz-no",
+            "ORD-2",
+            "--event-type",
+            "ORDER_TIMEOUT",
+            "--json",
+        ]);
+        c
+    });
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["cancelled"], 1);
+    assert_eq!(v["events"][0]["id"], ids[1]);
+    let actors: Vec<(u64, String)> = db
+        .conn()
+        .query("SELECT event_id, actor FROM outbox_audit WHERE action = 'cancel' ORDER BY event_id")
+        .unwrap();
+    assert_eq!(actors[0], (ids[0], "ops@test".to_string()));
+    assert_eq!(actors.len(), 2);
+
+    // Bad input: an id never issued, neither --id nor --biz-no; nothing changes.
+    let (code, _, err) = out({
+        let mut c = outboxd(&db);
+        c.args(["events", "cancel", "--id", "424242"]);
+        c
+    });
+    assert_eq!(code, 1);
+    assert!(err.contains("424242 is not an event of t_event_record"), "{err}");
+    let (code, _, err) = out({
+        let mut c = outboxd(&db);
+        c.args(["events", "cancel"]);
+        c
+    });
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--id") && err.contains("--biz-no"), "{err}");
+    assert_eq!(db.rows().len(), 2, "ORD-2's reminder and the sent row are left");
+}

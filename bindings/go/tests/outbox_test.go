@@ -357,6 +357,47 @@ func TestScheduledEventsThroughBothPaths(t *testing.T) {
 	}
 }
 
+// Cancelling from Go: a scheduled event is cancelled, a second cancel says so, an id never
+// issued is an invalid-event error; by business key and type.
+func TestCancel(t *testing.T) {
+	r := start(t)
+	prefix := unique("GO-CANCEL")
+	tx, err := r.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]uint64, 3)
+	for i, typ := range []string{"A", "B", "B"} {
+		ev := orderEvent(prefix)
+		ev.EventType = "ORDER_" + typ
+		ev.DeliverAfter = time.Hour
+		if ids[i], err = tx.Enqueue(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := r.Cancel(ids[0]); err != nil || o != outbox.Cancelled {
+		t.Fatalf("Cancel = %v, %v", o, err)
+	}
+	if o, err := r.Cancel(ids[0]); err != nil || o != outbox.CancelAlreadyCancelled || o.String() != "already cancelled" {
+		t.Fatalf("second Cancel = %v, %v", o, err)
+	}
+	if _, err := r.Cancel(ids[2] + 1000); !errors.Is(err, outbox.ErrInvalidEvent) || !strings.Contains(err.Error(), "is not an event of") {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if n, err := r.CancelByBizNo(prefix, "ORDER_B"); err != nil || n != 2 {
+		t.Fatalf("CancelByBizNo = %d, %v", n, err)
+	}
+	if c := count(t, "SELECT COUNT(*) FROM t_event_record WHERE biz_no = ?", prefix); c != 0 {
+		t.Fatalf("%d rows left", c)
+	}
+	if _, err := r.CancelByBizNo("bad\x00key", ""); !errors.Is(err, outbox.ErrInvalidEvent) {
+		t.Fatalf("NUL: %v", err)
+	}
+}
+
 func TestErrorsMapToGoErrors(t *testing.T) {
 	_, err := outbox.Start(outbox.Config{Settings: settings("scan.intervall.ms", "5")})
 	var oe *outbox.Error

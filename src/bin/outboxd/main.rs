@@ -83,6 +83,11 @@ enum Command {
         #[command(subcommand)]
         command: ControlCommand,
     },
+    /// Events not sent yet: cancel them (docs/scheduling.md).
+    Events {
+        #[command(subcommand)]
+        command: EventsCommand,
+    },
     /// Delete sent rows older than an age, in small batches, once.
     Purge {
         /// Age, e.g. 7d; defaults to retention.age.ms.
@@ -100,6 +105,32 @@ enum ConfigCommand {
     Check,
     /// Print every key with its default and meaning, as TOML (a documented outbox.toml).
     Example,
+}
+
+#[derive(Subcommand)]
+enum EventsCommand {
+    /// Cancel events that have not left yet, by --id or by --biz-no (and --event-type), each
+    /// audited in outbox_audit with --actor. A cancel racing a relay has one outcome per event,
+    /// printed: cancelled, already sent, in flight (it will be sent), dead-lettered, already
+    /// cancelled, or gone (sent and deleted, purged, or never committed). An id the table never
+    /// issued is an error, and nothing changes.
+    #[command(group(ArgGroup::new("which").required(true).args(["ids", "biz_no"])))]
+    Cancel {
+        /// The event's id (the outbox row's id, the message's eventId). Repeatable.
+        #[arg(long = "id")]
+        ids: Vec<u64>,
+        /// Every pending event of this business key.
+        #[arg(long, conflicts_with = "ids")]
+        biz_no: Option<String>,
+        /// With --biz-no: only events of this type.
+        #[arg(long, requires = "biz_no")]
+        event_type: Option<String>,
+        /// Who is cancelling, written to outbox_audit; defaults to $USER@hostname.
+        #[arg(long, value_parser = actor)]
+        actor: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -331,6 +362,7 @@ fn main() -> ExitCode {
         Command::Status { json } => status(&effective.config, json),
         Command::DeadLetters { command } => dead_letters(&effective.config, command),
         Command::Control { command } => control(&effective.config, command),
+        Command::Events { command } => events(&effective.config, command),
         Command::Purge { older_than, batch } => purge(&effective.config, older_than, batch),
     };
     match result {
@@ -597,6 +629,36 @@ fn control(config: &Config, command: ControlCommand) -> outbox::Result<()> {
             None => println!("table {table}: claiming (not paused)"),
         },
     }
+    Ok(())
+}
+
+fn events(config: &Config, command: EventsCommand) -> outbox::Result<()> {
+    let EventsCommand::Cancel {
+        ids,
+        biz_no,
+        event_type,
+        actor,
+        json,
+    } = command;
+    let pool = pool(config)?;
+    let actor = actor.unwrap_or_else(default_actor);
+    let report = match &biz_no {
+        Some(b) => outbox::cancel::cancel_by_biz_no(&pool, &config.table, b, event_type.as_deref(), &actor)?,
+        None => outbox::cancel::cancel_ids(&pool, &config.table, &ids, &actor)?,
+    };
+    if json {
+        println!("{}", report.to_json());
+        return Ok(());
+    }
+    for (id, outcome) in &report.outcomes {
+        match outcome {
+            outbox::CancelOutcome::Cancelled { attempts } if *attempts > 0 => {
+                println!("event {id}: cancelled (after {attempts} failed attempt(s); a timed-out one may have reached the broker)")
+            }
+            o => println!("event {id}: {}", o.name()),
+        }
+    }
+    println!("{} in {}: {}", report.outcomes.len(), config.table, report.summary());
     Ok(())
 }
 

@@ -12,7 +12,7 @@ import java.util.concurrent.ConcurrentHashMap;
  */
 final class Native {
     /** Must equal {@code JNI_ABI_VERSION} in src/jni/mod.rs. */
-    static final int ABI_VERSION = 4;
+    static final int ABI_VERSION = 5;
 
     /** System property naming the library file, or a directory holding it. */
     static final String PATH_PROPERTY = "outbox.library.path";
@@ -346,6 +346,10 @@ final class Native {
     static native long start(String[] keys, String[] values, DeadLetterListener deadLetters);
 
     static native void notifyRelay(long handle);
+
+    static native int cancel(long handle, long eventId);
+
+    static native long cancelByBizNo(long handle, String bizNo, String eventType);
 
     static native String stats(long handle, boolean withGauges);
 

@@ -223,6 +223,40 @@ public final class Outbox implements AutoCloseable {
     }
 
     /**
+     * Cancels the event {@code eventId} if it has not left yet (docs/scheduling.md). A cancel
+     * racing the relay waits for a round sending it to end, so the outcome is exact: cancelled,
+     * or sent (or in flight, and then sent). Audited in {@code outbox_audit} with this instance's id.
+     *
+     * @param eventId the event's id, as {@code enqueue} returned it
+     * @return what became of the event
+     * @throws OutboxInvalidEventException for an id the table never issued (nothing changes)
+     */
+    public CancelOutcome cancel(long eventId) {
+        try {
+            return CancelOutcome.values()[Native.cancel(handle(), eventId)];
+        } finally {
+            Reference.reachabilityFence(this);
+        }
+    }
+
+    /**
+     * Cancels the pending events of {@code bizNo}, of type {@code eventType} only when it is not
+     * {@code null}, like {@link #cancel(long)}.
+     *
+     * @param bizNo the business key
+     * @param eventType the event type, or {@code null} for every type
+     * @return how many were cancelled (the others had left, or were in flight)
+     */
+    public long cancelByBizNo(String bizNo, String eventType) {
+        java.util.Objects.requireNonNull(bizNo, "bizNo");
+        try {
+            return Native.cancelByBizNo(handle(), bizNo, eventType);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
+    }
+
+    /**
      * Counters and database gauges (one small query).
      *
      * @return the snapshot, with the gauges

@@ -74,4 +74,23 @@ public class ScheduleTest {
         }
         assertEquals(before, db.count(""));
     }
+
+    @Test
+    public void cancel_by_id_and_by_business_key() throws Exception {
+        try (Outbox outbox = Outbox.start(db.config().set("publisher", "none"))) {
+            long[] ids = new long[3];
+            try (OutboxTransaction tx = outbox.begin()) {
+                ids[0] = tx.enqueue(Event.of("J-CANCEL", "ORDER_TIMEOUT", "{}").deliverAfter(Duration.ofHours(1)));
+                ids[1] = tx.enqueue(Event.of("J-CANCEL", "ORDER_REMINDER", "{}").deliverAfter(Duration.ofHours(1)));
+                ids[2] = tx.enqueue(Event.of("J-CANCEL", "ORDER_REMINDER", "{}").deliverAfter(Duration.ofHours(1)));
+                tx.commit();
+            }
+            assertEquals(CancelOutcome.CANCELLED, outbox.cancel(ids[0]));
+            assertEquals(CancelOutcome.ALREADY_CANCELLED, outbox.cancel(ids[0]));
+            OutboxInvalidEventException e = assertThrows(OutboxInvalidEventException.class, () -> outbox.cancel(ids[2] + 1000));
+            assertTrue(e.getMessage(), e.getMessage().contains("is not an event of t_event_record"));
+            assertEquals(2, outbox.cancelByBizNo("J-CANCEL", "ORDER_REMINDER"));
+            assertEquals(0, db.count("biz_no = 'J-CANCEL'"));
+        }
+    }
 }
