@@ -1,15 +1,15 @@
 //! Events: a filtered list (status, topic, event type, business key, creation time, error text),
-//! page by page, and one event's detail.
+//! page by page, one event's detail, and cancelling an event that has not left yet.
 
 use crate::admin::TimeBound;
 use crate::config::TagSource;
 use crate::wire;
 
-use super::auth::Viewer;
+use super::auth::{check_action, Role, Viewer};
 use super::data::{
     self, Cursor, EventFilter, EventPage, EventRow, Searched, PAYLOAD_PREVIEW, SEARCH_WINDOW, STATUS_WINDOW,
 };
-use super::html::{esc, frame, notice, table, thousands};
+use super::html::{csrf_field, esc, frame, notice, table, thousands};
 use super::http::{encode, BadParam, Params, Request, Response};
 use super::state::{Console, Page};
 
@@ -236,9 +236,51 @@ pub(super) fn detail(c: &Console, viewer: &Viewer, id: &str) -> Page {
         ("headers", o(&e.headers)),
     ];
     let facts: String = facts.iter().map(|(k, v)| format!("<dt>{k}</dt><dd>{v}</dd>")).collect();
+    let action = match (e.row.status.as_str(), viewer.role) {
+        ("WAIT", Role::Admin) => format!(
+            "<form method=\"post\" action=\"/events/{id}/cancel\">{}<button type=\"submit\" class=\"danger\">Cancel this event</button> \
+             <span class=\"hint\">deletes it before it is sent (audited); if a relay is sending it right now, the cancel waits and \
+             says it was sent</span></form>",
+            csrf_field(viewer)
+        ),
+        ("WAIT", _) => "<p class=\"hint\">Log in with the admin token to cancel this event.</p>".to_string(),
+        _ => String::new(),
+    };
     let body = format!(
-        "<dl class=\"facts\">{facts}</dl><h2>Payload: {} bytes{cut}</h2>{preview}",
+        "<dl class=\"facts\">{facts}</dl>{action}<h2>Payload: {} bytes{cut}</h2>{preview}",
         thousands(e.payload_len)
+    );
+    Ok(Response::html(
+        200,
+        frame(&format!("Event {id}"), &c.config.table, viewer, "/events", &body),
+    ))
+}
+
+/// `POST /events/{id}/cancel`: cancels the event if it has not left yet (`crate::cancel`),
+/// audited with the operator's name, and says what became of it.
+pub(super) fn cancel(c: &Console, viewer: &Viewer, req: &Request, id: &str) -> Page {
+    let form = req.form();
+    if let Err(why) = check_action(viewer, req, form.get("csrf")) {
+        return Ok(c.refused(viewer, req, "cancel", &why));
+    }
+    form.only(&["csrf"])?;
+    let id: u64 = id
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| BadParam::new("id", format!("{:?} is not an event id", super::http::shorten(id))))?;
+    let actor = viewer.actor(&req.remote);
+    let report = crate::cancel::cancel_ids(&c.pool, &c.config.table, &[id], &actor)?;
+    let (kind, text) = match report.outcomes.get(&id) {
+        Some(crate::cancel::CancelOutcome::Cancelled { .. }) => {
+            ("info", format!("Event {id} cancelled before it was sent (audited)."))
+        }
+        Some(other) => ("warn", format!("Event {id} was not cancelled: {}.", other.name())),
+        None => ("warn", format!("Event {id} was not cancelled.")),
+    };
+    let body = format!(
+        "{}<p><a href=\"/events\">Events</a> · <a href=\"/audit\">Audit</a></p>",
+        notice(kind, &text)
     );
     Ok(Response::html(
         200,

@@ -73,6 +73,9 @@ impl Console {
             ("GET", "/api/overview.json") => overview::json(self),
             ("GET", "/events") => events::list(self, &viewer, req),
             ("GET", p) if p.starts_with("/events/") => events::detail(self, &viewer, &p["/events/".len()..]),
+            ("POST", p) if p.starts_with("/events/") && p.ends_with("/cancel") => {
+                events::cancel(self, &viewer, req, &p["/events/".len()..p.len() - "/cancel".len()])
+            }
             ("GET", "/dead-letters") => dead_letters::list(self, &viewer, req),
             ("POST", "/dead-letters/preview") => dead_letters::preview(self, &viewer, req),
             ("POST", "/dead-letters/apply") => dead_letters::apply(self, &viewer, req),

@@ -388,6 +388,27 @@ class Console(unittest.TestCase):
         doc = json.load(urllib.request.urlopen(req))
         self.assertIn("fail", doc)
 
+    def test_8_an_admin_cancels_a_scheduled_event_from_its_page(self):
+        sql(
+            self.db,
+            "INSERT INTO outbox_event (biz_no, event_type, payload, topic, status, retry_count, next_retry_time, "
+            "event_key) VALUES (%s, 'ORDER_TIMEOUT', '{}', 'console_browser', 'WAIT', 0, NOW(3) + INTERVAL 1 HOUR, UUID())"
+            % quote("LATER-" + XSS),
+        )
+        event_id = sql(self.db, "SELECT id FROM outbox_event WHERE biz_no = %s" % quote("LATER-" + XSS))[0][0]
+        self.login(ADMIN, "alice")
+        self.open("/")
+        self.assertIn("WAIT, scheduled", self.text())
+        self.open("/events/" + event_id)
+        self.assertIn("LATER-" + XSS, self.text())
+        self.submit("form[action='/events/%s/cancel'] button" % event_id)
+        self.assertIn("cancelled before it was sent", self.text())
+        self.shot("cancelled")
+        self.assertEqual(sql(self.db, "SELECT COUNT(*) FROM outbox_event WHERE id = " + event_id), [["0"]])
+        audit = sql(self.db, "SELECT actor FROM outbox_audit WHERE action = 'cancel' AND event_id = " + event_id)
+        self.assertEqual(len(audit), 1)
+        self.assertIn("alice", audit[0][0])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -9,6 +9,7 @@ use mysql::prelude::Queryable;
 use crate::support::TestDb;
 use outbox::console::{Console, Request, Response};
 use outbox::Config;
+use std::time::Duration;
 
 const ADMIN: &str = "admin-token-0123456789";
 const READ: &str = "read-token-0123456789ab";
@@ -575,4 +576,40 @@ fn the_overview_shows_each_broker_and_the_rows_parked_waiting_for_it() {
         json["brokers"][1],
         serde_json::json!({"broker": "broker-b", "queues": 2, "parked": 2})
     );
+}
+
+#[test]
+fn a_waiting_event_is_cancelled_from_its_page_by_the_admin_audited_and_counted_as_scheduled_before() {
+    let db = TestDb::new("console_cancel");
+    let mut conn = db.conn();
+    let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+    let later = outbox::NewEvent::new("ORD-<9>", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_secs(3600));
+    let id = outbox::enqueue_in_tx(&mut tx, &later).unwrap();
+    tx.commit().unwrap();
+    let console = Console::new(&config(&db)).unwrap();
+    let admin = Session::login(&console, ADMIN, "alice");
+    let overview = body(&console.handle(&admin.get("/")));
+    assert!(overview.contains("WAIT, scheduled"), "{overview}");
+    let page = body(&console.handle(&admin.get(&format!("/events/{id}"))));
+    assert!(page.contains(&format!("action=\"/events/{id}/cancel\"")), "{page}");
+    assert!(page.contains("ORD-&lt;9&gt;"), "{page}");
+    // A reader sees no form; a post without the CSRF token is refused and changes nothing.
+    let reader = Session::login(&console, READ, "bob");
+    let page = body(&console.handle(&reader.get(&format!("/events/{id}"))));
+    assert!(!page.contains("/cancel\""), "{page}");
+    let mut forged = admin.post(&format!("/events/{id}/cancel"), &[]);
+    forged.body = Vec::new();
+    assert_eq!(console.handle(&forged).status, 403);
+    assert_eq!(db.rows().len(), 1);
+    let r = console.handle(&admin.post(&format!("/events/{id}/cancel"), &[]));
+    assert_eq!(r.status, 200, "{}", body(&r));
+    assert!(body(&r).contains("cancelled before it was sent"), "{}", body(&r));
+    assert!(db.rows().is_empty());
+    let a = audit(&db);
+    assert_eq!(a.len(), 1);
+    assert_eq!((a[0].0.as_str(), a[0].2), ("cancel", id));
+    assert!(a[0].1.contains("alice"), "{a:?}");
+    // Again: nothing left to cancel, and it says so.
+    let r = console.handle(&admin.post(&format!("/events/{id}/cancel"), &[]));
+    assert!(body(&r).contains("not cancelled: already cancelled"), "{}", body(&r));
 }

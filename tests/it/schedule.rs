@@ -218,3 +218,58 @@ fn bad_schedules_are_refused_naming_the_value_and_nothing_is_written() {
     assert_eq!(outbox::Schedule::from_millis(0, 0).unwrap(), None);
     assert_eq!(db.rows().len(), 0, "nothing was written");
 }
+
+/// 200 000 events scheduled for later cost a claim round nothing: it reads the due rows only
+/// (the scan's range of `idx_status_next_retry` ends at `NOW(3)`), and stays a range scan.
+#[test]
+fn events_scheduled_for_later_cost_the_due_scan_nothing() {
+    use mysql::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+    let db = TestDb::new("sched_scan");
+    db.conn()
+        .query_drop(
+            "INSERT INTO t_event_record (biz_no, event_type, payload, next_retry_time) \
+             SELECT CONCAT('LATER-', seq), 'ORDER_TIMEOUT', 'x', NOW(3) + INTERVAL 1 HOUR FROM seq_1_to_200000",
+        )
+        .unwrap();
+    db.conn()
+        .query_drop(
+            "INSERT INTO t_event_record (biz_no, event_type, payload) \
+             SELECT CONCAT('NOW-', seq), 'ORDER_CREATED', 'x' FROM seq_1_to_50",
+        )
+        .unwrap();
+    db.conn().query_drop("ANALYZE TABLE t_event_record").unwrap();
+    // One connection, so the session's handler counters are the claim's.
+    let opts = OptsBuilder::from_opts(Opts::from_url(&db.url).unwrap()).pool_opts(
+        PoolOpts::default()
+            .with_constraints(PoolConstraints::new(1, 1).unwrap())
+            .with_reset_connection(false),
+    );
+    let store = outbox::store::Store::new(Pool::new(opts).unwrap(), &db.config(), "scan-1-000001".into());
+    let plan: Vec<mysql::Row> = db
+        .conn()
+        .query(format!("EXPLAIN {}", store.scan_sql(100, true)))
+        .unwrap();
+    let (kind, key): (Option<String>, Option<String>) = (plan[0].get("type").unwrap(), plan[0].get("key").unwrap());
+    assert_eq!(
+        (kind.as_deref(), key.as_deref()),
+        (Some("range"), Some("idx_status_next_retry"))
+    );
+    let read = || -> u64 {
+        let rows: Vec<(String, String)> = store
+            .pool()
+            .get_conn()
+            .unwrap()
+            .query("SHOW SESSION STATUS LIKE 'Handler_read%'")
+            .unwrap();
+        rows.iter().filter_map(|(_, v)| v.parse::<u64>().ok()).sum()
+    };
+    let before = read();
+    let round = store.claim_skip_locked(100).unwrap();
+    let rows_read = read() - before;
+    assert_eq!(round.claimed.len(), 50, "every due event, no scheduled one");
+    assert!(round.claimed.iter().all(|c| c.event.biz_no.starts_with("NOW-")));
+    assert!(
+        rows_read < 400,
+        "a claim round read {rows_read} rows with 200 000 scheduled"
+    );
+}
