@@ -2,7 +2,8 @@
 //! `ordering = per-biz-no`) while capacity and the circuit breaker allow, walks a draining
 //! backlog from where its last full round ended, and splits each round into chunks of one topic
 //! (ordered: one queue) for the workers. Woken at once by `Relay::notify` (the fast
-//! path) and by workers that free capacity; otherwise it scans every `scan.interval.ms`.
+//! path) and by workers that free capacity; otherwise it scans every `scan.interval.ms`, or
+//! sooner when a row not yet due (a scheduled event, a backoff) becomes due first.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -37,6 +38,7 @@ pub(super) fn scanner_loop(
     // that took long, rows a failed claim left behind).
     let mut position: Option<ScanPosition> = None;
     let mut last_head_scan = Instant::now();
+    let mut next_due = NextDue::default();
     let never = crossbeam_channel::never::<()>();
     while !inner.stopping.load(SeqCst) {
         // A paused table (an operator's control) is not claimed from; what is in flight
@@ -171,7 +173,7 @@ pub(super) fn scanner_loop(
                 OrderedNext::Idle if !from_head => continue,
                 // Ours wake the scanner as they end; another instance's are seen at the interval.
                 OrderedNext::WaitForRuns => wait_or_capacity(&wake, &capacity, &shutdown, cfg.scan_interval),
-                OrderedNext::Idle => wait(&wake, &shutdown, cfg.scan_interval),
+                OrderedNext::Idle => wait(&wake, &shutdown, next_due.idle(inner, cfg.scan_interval)),
             }
             continue;
         }
@@ -182,13 +184,47 @@ pub(super) fn scanner_loop(
         if (n + conflicts >= limit || !from_head) && cfg.scan_drain && permit == Permit::Claim {
             continue;
         }
-        wait(&wake, &shutdown, cfg.scan_interval);
+        wait(&wake, &shutdown, next_due.idle(inner, cfg.scan_interval));
         // Woken by a commit soon after this short round began: the next round waits until
         // `scan.coalesce.ms` after it, and takes the commits of that span together (every round
         // costs the database the same few statements, whatever its size).
         let since = lease_start.elapsed();
         if since < cfg.scan_coalesce {
             wait(&never, &shutdown, cfg.scan_coalesce - since);
+        }
+    }
+}
+
+/// When the next row not yet due becomes due (one indexed read), read again once that time has
+/// passed or a scan interval after the last read, so an idle scanner wakes for a scheduled
+/// event or a backoff's end at its time rather than up to a scan interval later: at most one
+/// read per interval and per due time passed. A row scheduled after the read, sooner than the
+/// one it found, is seen at the interval, as before.
+#[derive(Default)]
+struct NextDue {
+    at: Option<Instant>,
+    read_at: Option<Instant>,
+}
+
+impl NextDue {
+    /// How long an idle scanner waits: until the next due time (and 2 ms, past `NOW(3)`'s
+    /// millisecond), at most `interval`.
+    fn idle(&mut self, inner: &Inner, interval: Duration) -> Duration {
+        let now = Instant::now();
+        let stale = self.read_at.is_none_or(|r| now.duration_since(r) >= interval);
+        if stale || self.at.is_some_and(|at| at <= now) {
+            self.read_at = Some(now);
+            self.at = match inner.store.next_due_in() {
+                Ok(d) => d.map(|d| now + d + Duration::from_millis(2)),
+                Err(e) => {
+                    log::debug!("reading the next due time failed ({e}); scanning at the interval");
+                    None
+                }
+            };
+        }
+        match self.at {
+            Some(at) if at > now => (at - now).min(interval),
+            _ => interval,
         }
     }
 }

@@ -309,6 +309,18 @@ impl Store {
         (event, Duration::from_micros(age_us), due, new_key)
     }
 
+    /// How long until the next WAIT row not yet due becomes due (a scheduled event, a backoff, a
+    /// park), by the database's clock: `None` when there is none. One read of the first entry of
+    /// `idx_status_next_retry` past `NOW(3)`.
+    pub fn next_due_in(&self) -> Result<Option<Duration>> {
+        let us: Option<Option<i64>> = self.conn()?.query_first(format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(3), next_retry_time) FROM {} \
+             WHERE status = 'WAIT' AND next_retry_time > NOW(3) ORDER BY next_retry_time LIMIT 1",
+            self.table
+        ))?;
+        Ok(us.flatten().map(|us| Duration::from_micros(us.max(0) as u64)))
+    }
+
     /// The scan: due WAIT rows in `idx_status_next_retry` order. With `lock`, it takes row locks
     /// and skips rows locked by other claimers. The ORDER BY follows the index exactly (its columns
     /// plus the primary key), or MariaDB would sort and lock every matching row.
