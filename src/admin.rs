@@ -202,7 +202,7 @@ pub fn status(pool: &Pool, table: &str) -> Result<StatusReport> {
         .query_first(format!(
             "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(next_retry_time)) FROM {t} \
              FORCE INDEX (idx_status_next_retry) WHERE {}",
-            crate::store::SCHEDULED_SQL
+            crate::protocol::SCHEDULED_SQL
         ))?
         .unwrap_or((None, None));
     // Every due row (an operator's command, not a scrape); the oldest of all is the oldest of

@@ -45,12 +45,13 @@ pub use error::{ConfigError, Error, Result};
 pub use event::{EventId, NewEvent, Schedule, MAX_SCHEDULE_AHEAD};
 pub use host::start::{open, open_with, publisher_for, source_for};
 pub use migrate::{migrate, migrate_consumer, migrate_table, MigrationReport};
+pub use protocol::SCHEDULED_SQL;
 pub use publisher::{FailureKind, OutboundEvent, Publisher, SendError, SendOutcome};
 pub use relay::{
     enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, Delivery, LatencyHook, Relay, RelayBuilder, StopReport,
 };
 pub use stats::{BreakerState, Stats};
-pub use store::{insert_statement, DeadLetter, Gauges, ScanPosition, INSERT_PARAMS, SCHEDULED_SQL};
+pub use store::{insert_statement, DeadLetter, Gauges, ScanPosition, INSERT_PARAMS};
 
 #[cfg(feature = "jni")]
 pub mod jni;

@@ -244,6 +244,11 @@ pub const RETENTION: Transition = t("retention", Guard::on(Success), Any, None, 
 // lease claim has made the row SENDING, which the guard does not admit (in flight).
 pub const CANCEL: Transition = t("cancel", Guard::on(Wait), Any, None, false, Claim::Keep);
 
+/// The condition of a WAIT row that waits for its scheduled time (not a backoff or a park, which
+/// count an attempt or record why): what `outboxd status` and the console show as scheduled.
+pub const SCHEDULED_SQL: &str =
+    "status = 'WAIT' AND next_retry_time > NOW(3) AND retry_count = 0 AND last_error IS NULL";
+
 /// Every transition, for the model and the conformance test.
 pub const TRANSITIONS: &[Transition] = &[
     LEASE_CLAIM,

@@ -53,7 +53,7 @@ pub fn backlog(conn: &mut PooledConn, table: &str) -> Result<Backlog> {
     let ix = "idx_status_next_retry";
     let wait_due = bounded_count(conn, table, ix, "status = 'WAIT' AND next_retry_time <= NOW(3)")?;
     let not_due = bounded_count(conn, table, ix, "status = 'WAIT' AND next_retry_time > NOW(3)")?;
-    let scheduled = bounded_count(conn, table, ix, crate::store::SCHEDULED_SQL)?;
+    let scheduled = bounded_count(conn, table, ix, crate::protocol::SCHEDULED_SQL)?;
     let wait_later = not_due.saturating_sub(scheduled);
     let sending = bounded_count(conn, table, ix, "status = 'SENDING'")?;
     let fail = bounded_count(conn, table, ix, "status = 'FAIL'")?;

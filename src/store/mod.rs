@@ -66,11 +66,6 @@ pub const INSERT_PARAMS: &[&str] = &[
     "delay_ms",
 ];
 
-/// The condition of a WAIT row that waits for its scheduled time (not a backoff or a park, which
-/// count an attempt or record why): what `outboxd status` and the console show as scheduled.
-pub const SCHEDULED_SQL: &str =
-    "status = 'WAIT' AND next_retry_time > NOW(3) AND retry_count = 0 AND last_error IS NULL";
-
 /// One claimed row and the claim that owns it.
 #[derive(Debug, Clone)]
 pub struct Claimed {
