@@ -38,6 +38,7 @@ pub(super) fn scanner_loop(
     // that took long, rows a failed claim left behind).
     let mut position: Option<ScanPosition> = None;
     let mut last_head_scan = Instant::now();
+    let mut last_recent_scan = Instant::now();
     let mut next_due = NextDue::default();
     let never = crossbeam_channel::never::<()>();
     while !inner.stopping.load(SeqCst) {
@@ -80,15 +81,28 @@ pub(super) fn scanner_loop(
         if from_head {
             last_head_scan = lease_start;
         }
+        // While a backlog drains from a position, rows that just became due (a scheduled event at
+        // its time, fresh commits) sort after every row due before them: every RECENT_EVERY a
+        // round takes the end of the due range first, and the walk resumes after it.
+        let recent_round = !ordered
+            && !from_head
+            && cfg.claim_strategy != ClaimStrategy::PerRow
+            && lease_start.duration_since(last_recent_scan) >= RECENT_EVERY.min(cfg.scan_interval);
+        let after = if recent_round {
+            last_recent_scan = lease_start;
+            Some(ScanPosition::recent(cfg.scan_interval))
+        } else {
+            position.clone()
+        };
         let mut held = None;
         let result = catch_unwind(AssertUnwindSafe(|| match cfg.claim_strategy {
             // Per-key order: runs of keys whose oldest pending event is due, under a lease.
-            _ if ordered => inner.store.claim_ordered_after(limit, run_max, position.as_ref()),
-            ClaimStrategy::Held => inner.store.claim_held(limit, position.as_ref()).map(|(round, claim)| {
+            _ if ordered => inner.store.claim_ordered_after(limit, run_max, after.as_ref()),
+            ClaimStrategy::Held => inner.store.claim_held(limit, after.as_ref()).map(|(round, claim)| {
                 held = claim;
                 round
             }),
-            ClaimStrategy::SkipLocked => inner.store.claim_skip_locked_after(limit, position.as_ref()),
+            ClaimStrategy::SkipLocked => inner.store.claim_skip_locked_after(limit, after.as_ref()),
             // The seed's algorithm, as the seed runs it: always from the head.
             ClaimStrategy::PerRow => inner.store.claim_per_row(limit),
         }));
@@ -131,6 +145,8 @@ pub(super) fn scanner_loop(
             });
         }
         position = match ordered_next {
+            // The walk goes on where it was.
+            None if recent_round => position,
             // Walk past a window of keys that stay blocked for a while.
             Some(OrderedNext::SkipAhead) if cfg.scan_drain => round.last.clone(),
             // Same start: claimed rows left the window, or it waits on runs in flight.
@@ -194,6 +210,9 @@ pub(super) fn scanner_loop(
         }
     }
 }
+
+/// How often a draining scanner takes the rows that just became due ahead of the backlog.
+const RECENT_EVERY: Duration = Duration::from_millis(100);
 
 /// When the next row not yet due becomes due (one indexed read), read again once that time has
 /// passed or a scan interval after the last read, so an idle scanner wakes for a scheduled

@@ -124,9 +124,12 @@ pub struct ClaimRound {
 /// of a long drain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanPosition {
-    /// `next_retry_time` as the server printed it (`YYYY-MM-DD hh:mm:ss.fff`).
+    /// `next_retry_time` as the server printed it (`YYYY-MM-DD hh:mm:ss.fff`); empty for
+    /// [`ScanPosition::recent`].
     due: String,
     id: EventId,
+    /// [`ScanPosition::recent`]: rows that became due within this many microseconds.
+    recent_us: Option<u128>,
 }
 
 impl ScanPosition {
@@ -137,12 +140,30 @@ impl ScanPosition {
             && due
                 .bytes()
                 .all(|b| b.is_ascii_digit() || matches!(b, b'-' | b':' | b' ' | b'.'));
-        plain.then_some(ScanPosition { due, id })
+        plain.then_some(ScanPosition {
+            due,
+            id,
+            recent_us: None,
+        })
+    }
+
+    /// The rows that became due within `window` (by the database's clock): a scan starting here
+    /// reads the end of the due range only, where scheduled events that just came due and fresh
+    /// commits are, ahead of an older backlog.
+    pub fn recent(window: Duration) -> ScanPosition {
+        ScanPosition {
+            due: String::new(),
+            id: 0,
+            recent_us: Some(window.as_micros()),
+        }
     }
 
     /// The scan condition "strictly after this position", in a form the range optimizer turns
     /// into two ranges of `idx_status_next_retry` (its columns plus the primary key).
     fn sql(&self) -> String {
+        if let Some(us) = self.recent_us {
+            return format!(" AND next_retry_time > NOW(3) - INTERVAL {us} MICROSECOND");
+        }
         format!(
             " AND (next_retry_time > TIMESTAMP'{due}' OR (next_retry_time = TIMESTAMP'{due}' AND id > {id}))",
             due = self.due,
