@@ -273,3 +273,48 @@ fn events_scheduled_for_later_cost_the_due_scan_nothing() {
         "a claim round read {rows_read} rows with 200 000 scheduled"
     );
 }
+
+/// A publisher slowed to ~50 calls a second, so a backlog takes seconds to drain.
+struct Slow(std::sync::Arc<Recorder>);
+
+impl outbox::Publisher for Slow {
+    fn publish(&self, events: &[outbox::OutboundEvent], timeout: Duration) -> Vec<outbox::SendOutcome> {
+        std::thread::sleep(Duration::from_millis(20));
+        self.0.publish(events, timeout)
+    }
+}
+
+/// While a backlog due before it drains, a scheduled event that comes due is sent within about
+/// the recent lane's period, ahead of the backlog (which is still draining then).
+#[test]
+fn a_scheduled_event_overtakes_a_backlog_due_before_it() {
+    let db = TestDb::new("sched_backlog");
+    db.conn()
+        .query_drop(
+            "INSERT INTO t_event_record (biz_no, event_type, payload, next_retry_time, event_key) \
+             SELECT CONCAT('OLD-', seq), 'ORDER_CREATED', 'x', NOW(3) - INTERVAL 1 HOUR, UUID() FROM seq_1_to_20000",
+        )
+        .unwrap();
+    let mut cfg = db.config();
+    cfg.instance_id = Some("overtake-1-000001".into());
+    cfg.batch_size = 50;
+    cfg.workers = 1;
+    cfg.max_in_flight = 50;
+    let rec = Recorder::new();
+    let relay = Relay::builder(cfg)
+        .publisher(std::sync::Arc::new(Slow(rec.clone())))
+        .start()
+        .unwrap();
+    assert!(wait_until(LONG, || rec.total_sent() >= 100), "the drain started");
+    let ids = enqueue(
+        &db,
+        &[NewEvent::new("NEW-1", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_millis(300))],
+    );
+    assert!(wait_until(LONG, || rec.sends_of(ids[0]) == 1));
+    let left = db.count("WAIT");
+    assert!(
+        left > 5_000,
+        "the backlog drained first ({left} left): the event did not overtake it"
+    );
+    assert!(!relay.stop(Duration::from_secs(10)).timed_out);
+}
