@@ -90,7 +90,7 @@ pub(super) fn scanner_loop(
             && lease_start.duration_since(last_recent_scan) >= RECENT_EVERY.min(cfg.scan_interval);
         let after = if recent_round {
             last_recent_scan = lease_start;
-            Some(ScanPosition::recent(cfg.scan_interval))
+            Some(ScanPosition::recent(cfg.scan_interval.max(RECENT_WINDOW_MIN)))
         } else {
             position.clone()
         };
@@ -213,6 +213,11 @@ pub(super) fn scanner_loop(
 
 /// How often a draining scanner takes the rows that just became due ahead of the backlog.
 const RECENT_EVERY: Duration = Duration::from_millis(100);
+
+/// The least window of "just became due" (the scan interval when longer): many times
+/// `RECENT_EVERY`, so a row is still in it at the next recent round even when rounds are slow
+/// or a head round comes between.
+const RECENT_WINDOW_MIN: Duration = Duration::from_secs(1);
 
 /// When the next row not yet due becomes due (one indexed read), read again once that time has
 /// passed or a scan interval after the last read, so an idle scanner wakes for a scheduled
