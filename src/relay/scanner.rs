@@ -39,6 +39,9 @@ pub(super) fn scanner_loop(
     let mut position: Option<ScanPosition> = None;
     let mut last_head_scan = Instant::now();
     let mut last_recent_scan = Instant::now();
+    // Where the last recent round ended: the next one goes on from there (within its window), so
+    // the entries of rows it already claimed are not read again.
+    let mut recent_from: Option<ScanPosition> = None;
     let mut next_due = NextDue::default();
     let never = crossbeam_channel::never::<()>();
     while !inner.stopping.load(SeqCst) {
@@ -90,7 +93,11 @@ pub(super) fn scanner_loop(
             && lease_start.duration_since(last_recent_scan) >= RECENT_EVERY.min(cfg.scan_interval);
         let after = if recent_round {
             last_recent_scan = lease_start;
-            Some(ScanPosition::recent(cfg.scan_interval.max(RECENT_WINDOW_MIN)))
+            let window = cfg.scan_interval.max(RECENT_WINDOW_MIN);
+            Some(match &recent_from {
+                Some(p) => p.clone().within(window),
+                None => ScanPosition::recent(window),
+            })
         } else {
             position.clone()
         };
@@ -143,6 +150,9 @@ pub(super) fn scanner_loop(
                 in_flight: in_flight as u64,
                 from_head,
             });
+        }
+        if recent_round && round.last.is_some() {
+            recent_from = round.last.clone();
         }
         position = match ordered_next {
             // The walk goes on where it was.

@@ -158,17 +158,29 @@ impl ScanPosition {
         }
     }
 
+    /// This position, limited to the rows that became due within `window`: a recent round that
+    /// goes on from where the last one ended, reading no entry twice.
+    pub fn within(mut self, window: Duration) -> ScanPosition {
+        self.recent_us = Some(window.as_micros());
+        self
+    }
+
     /// The scan condition "strictly after this position", in a form the range optimizer turns
     /// into two ranges of `idx_status_next_retry` (its columns plus the primary key).
     fn sql(&self) -> String {
-        if let Some(us) = self.recent_us {
-            return format!(" AND next_retry_time > NOW(3) - INTERVAL {us} MICROSECOND");
+        let recent = self
+            .recent_us
+            .map(|us| format!(" AND next_retry_time > NOW(3) - INTERVAL {us} MICROSECOND"))
+            .unwrap_or_default();
+        if self.due.is_empty() {
+            return recent;
         }
-        format!(
-            " AND (next_retry_time > TIMESTAMP'{due}' OR (next_retry_time = TIMESTAMP'{due}' AND id > {id}))",
-            due = self.due,
-            id = self.id
-        )
+        recent
+            + &format!(
+                " AND (next_retry_time > TIMESTAMP'{due}' OR (next_retry_time = TIMESTAMP'{due}' AND id > {id}))",
+                due = self.due,
+                id = self.id
+            )
     }
 }
 
