@@ -7,29 +7,12 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 use mysql::TxOpts;
 
-use crate::support::{wait_until, Fault, Recorder, TestDb};
+use crate::support::{start_relay as start, wait_until, Fault, Recorder, TestDb};
 use outbox::cancel::{cancel_by_biz_no, cancel_ids};
 use outbox::store::Store;
-use outbox::{CancelOutcome, ClaimStrategy, Config, NewEvent, Relay, SentRows};
+use outbox::{CancelOutcome, ClaimStrategy, NewEvent, Relay, SentRows};
 
 const LONG: Duration = Duration::from_secs(30);
-
-fn start(cfg: &Config, id: &str, rec: &std::sync::Arc<Recorder>) -> Relay {
-    let mut cfg = cfg.clone();
-    cfg.instance_id = Some(id.into());
-    Relay::start(cfg, rec.clone()).unwrap()
-}
-
-fn enqueue(db: &TestDb, events: &[NewEvent]) -> Vec<u64> {
-    let mut conn = db.conn();
-    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
-    let ids = events
-        .iter()
-        .map(|e| outbox::enqueue_in_tx(&mut tx, e).unwrap())
-        .collect();
-    tx.commit().unwrap();
-    ids
-}
 
 fn audits(db: &TestDb, id: u64) -> Vec<(String, String, Option<String>)> {
     db.conn()
@@ -45,13 +28,10 @@ fn a_scheduled_event_cancelled_before_its_time_is_never_sent_and_the_cancel_is_a
     let db = TestDb::new("cancel_sched");
     let rec = Recorder::new();
     let relay = start(&db.config(), "cancel-1-000001", &rec);
-    let ids = enqueue(
-        &db,
-        &[
-            NewEvent::new("ORD-1", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_millis(600)),
-            NewEvent::new("ORD-2", "ORDER_CREATED", "x"),
-        ],
-    );
+    let ids = db.enqueue(&[
+        NewEvent::new("ORD-1", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_millis(600)),
+        NewEvent::new("ORD-2", "ORDER_CREATED", "x"),
+    ]);
     let report = relay.cancel(&[ids[0]]).unwrap();
     assert_eq!(report.outcomes[&ids[0]], CancelOutcome::Cancelled { attempts: 0 });
     assert_eq!(report.summary(), "cancelled 1");
@@ -88,7 +68,7 @@ fn a_cancel_racing_a_held_round_waits_for_it_and_reports_the_event_sent() {
         let mut cfg = db.config();
         cfg.claim_strategy = ClaimStrategy::Held;
         cfg.sent_rows = sent_rows;
-        let ids = enqueue(&db, &[NewEvent::new("ORD-1", "ORDER_CREATED", "x")]);
+        let ids = db.enqueue(&[NewEvent::new("ORD-1", "ORDER_CREATED", "x")]);
         // The send takes a while: the round holds the row's lock meanwhile.
         let rec = Recorder::with_faults(vec![Fault::Delay {
             id: ids[0],
@@ -108,13 +88,10 @@ fn a_cancel_racing_a_held_round_waits_for_it_and_reports_the_event_sent() {
 #[test]
 fn a_row_in_flight_under_a_lease_or_dead_lettered_is_not_cancelled() {
     let db = TestDb::new("cancel_lease");
-    let ids = enqueue(
-        &db,
-        &[
-            NewEvent::new("ORD-1", "ORDER_CREATED", "x"),
-            NewEvent::new("ORD-2", "ORDER_CREATED", "x"),
-        ],
-    );
+    let ids = db.enqueue(&[
+        NewEvent::new("ORD-1", "ORDER_CREATED", "x"),
+        NewEvent::new("ORD-2", "ORDER_CREATED", "x"),
+    ]);
     let store = Store::new(db.pool.clone(), &db.config(), "lease-1-000001".into());
     let claimed = store.claim_skip_locked(1).unwrap().claimed;
     assert_eq!(claimed[0].event.id, ids[0]);
@@ -136,14 +113,11 @@ fn a_row_in_flight_under_a_lease_or_dead_lettered_is_not_cancelled() {
 #[test]
 fn a_cancel_by_business_key_takes_that_keys_pending_events_of_that_type_only() {
     let db = TestDb::new("cancel_biz");
-    let ids = enqueue(
-        &db,
-        &[
-            NewEvent::new("ORD-1", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_secs(3600)),
-            NewEvent::new("ORD-1", "ORDER_CREATED", "x"),
-            NewEvent::new("ORD-2", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_secs(3600)),
-        ],
-    );
+    let ids = db.enqueue(&[
+        NewEvent::new("ORD-1", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_secs(3600)),
+        NewEvent::new("ORD-1", "ORDER_CREATED", "x"),
+        NewEvent::new("ORD-2", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_secs(3600)),
+    ]);
     let report = cancel_by_biz_no(&db.pool, "t_event_record", "ORD-1", Some("ORDER_TIMEOUT"), "test").unwrap();
     assert_eq!(report.outcomes.keys().copied().collect::<Vec<_>>(), vec![ids[0]]);
     assert_eq!(report.cancelled(), 1);
@@ -159,7 +133,7 @@ fn a_cancel_by_business_key_takes_that_keys_pending_events_of_that_type_only() {
 #[test]
 fn bad_cancels_name_the_value_and_change_nothing() {
     let db = TestDb::new("cancel_bad");
-    let ids = enqueue(&db, &[NewEvent::new("ORD-1", "ORDER_CREATED", "x")]);
+    let ids = db.enqueue(&[NewEvent::new("ORD-1", "ORDER_CREATED", "x")]);
     let err = cancel_ids(&db.pool, "t_event_record", &[ids[0], 999_999], "test")
         .unwrap_err()
         .to_string();
@@ -196,7 +170,7 @@ fn cancels_racing_relays_have_exactly_one_outcome_per_event() {
     let events: Vec<NewEvent> = (0..300)
         .map(|i| NewEvent::new(format!("ORD-{i}"), "ORDER_CREATED", "x"))
         .collect();
-    let ids = enqueue(&db, &events);
+    let ids = db.enqueue(&events);
     let rec = Recorder::new();
     let relays: Vec<Relay> = (0..4)
         .map(|i| start(&cfg, &format!("race-{i}-00000{i}"), &rec))

@@ -7,16 +7,10 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 use mysql::TxOpts;
 
-use crate::support::{wait_until, Fault, Recorder, TestDb};
+use crate::support::{start_relay as start, wait_until, Fault, Recorder, TestDb};
 use outbox::{BackoffPolicy, ClaimStrategy, Config, NewEvent, Relay, SendError, SentRows};
 
 const LONG: Duration = Duration::from_secs(60);
-
-fn start(cfg: &Config, id: &str, p: &Arc<Recorder>) -> Relay {
-    let mut cfg = cfg.clone();
-    cfg.instance_id = Some(id.into());
-    Relay::start(cfg, p.clone()).unwrap()
-}
 
 fn owner_of(db: &TestDb, id: u64) -> Option<String> {
     db.conn()

@@ -6,28 +6,11 @@ use std::time::{Duration, SystemTime};
 use mysql::prelude::Queryable;
 use mysql::TxOpts;
 
-use crate::support::{wait_until, Recorder, TestDb};
+use crate::support::{start_relay as start, wait_until, Recorder, TestDb};
 use outbox::config::Ordering;
-use outbox::{Config, NewEvent, Relay};
+use outbox::{NewEvent, Relay};
 
 const LONG: Duration = Duration::from_secs(30);
-
-fn start(cfg: &Config, id: &str, rec: &std::sync::Arc<Recorder>) -> Relay {
-    let mut cfg = cfg.clone();
-    cfg.instance_id = Some(id.into());
-    Relay::start(cfg, rec.clone()).unwrap()
-}
-
-fn enqueue(db: &TestDb, events: &[NewEvent]) -> Vec<u64> {
-    let mut conn = db.conn();
-    let mut tx = conn.start_transaction(TxOpts::default()).unwrap();
-    let ids = events
-        .iter()
-        .map(|e| outbox::enqueue_in_tx(&mut tx, e).unwrap())
-        .collect();
-    tx.commit().unwrap();
-    ids
-}
 
 /// Whether the database's clock has reached the row's due time.
 fn due(db: &TestDb, id: u64) -> bool {
@@ -56,13 +39,10 @@ fn a_scheduled_event_is_sent_at_its_time_by_the_database_clock_and_not_before() 
     let db = TestDb::new("sched_time");
     let rec = Recorder::new();
     let relay = start(&db.config(), "sched-1-000001", &rec);
-    let ids = enqueue(
-        &db,
-        &[
-            NewEvent::new("ORD-1", "ORDER_TIMEOUT", "late").deliver_after(Duration::from_millis(1500)),
-            NewEvent::new("ORD-2", "ORDER_CREATED", "now"),
-        ],
-    );
+    let ids = db.enqueue(&[
+        NewEvent::new("ORD-1", "ORDER_TIMEOUT", "late").deliver_after(Duration::from_millis(1500)),
+        NewEvent::new("ORD-2", "ORDER_CREATED", "now"),
+    ]);
     let (late, now) = (ids[0], ids[1]);
     relay.notify();
     // The unscheduled event goes at once, the relay is live; the scheduled one waits.
@@ -105,13 +85,10 @@ fn an_absolute_time_is_compared_with_the_database_clock_and_a_past_one_sends_at_
         .unwrap()
         .unwrap();
     let at = |ms: i64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64);
-    let ids = enqueue(
-        &db,
-        &[
-            NewEvent::new("ORD-1", "COUPON", "x").deliver_at(at(now_db_ms + 3_600_000)),
-            NewEvent::new("ORD-2", "COUPON", "x").deliver_at(at(now_db_ms - 3_600_000)),
-        ],
-    );
+    let ids = db.enqueue(&[
+        NewEvent::new("ORD-1", "COUPON", "x").deliver_at(at(now_db_ms + 3_600_000)),
+        NewEvent::new("ORD-2", "COUPON", "x").deliver_at(at(now_db_ms - 3_600_000)),
+    ]);
     // The hour ahead is kept to the millisecond, in the server's time zone; the past one is due
     // now (GREATEST with NOW(3)), not an hour overdue.
     let rows: Vec<(i64, i64)> = db
@@ -135,10 +112,7 @@ fn a_delay_outlives_the_relay_that_saw_it_written() {
     let db = TestDb::new("sched_restart");
     let rec = Recorder::new();
     let first = start(&db.config(), "sched-3-000001", &rec);
-    let ids = enqueue(
-        &db,
-        &[NewEvent::new("ORD-1", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_millis(800))],
-    );
+    let ids = db.enqueue(&[NewEvent::new("ORD-1", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_millis(800))]);
     // The first relay stops before the event is due; a second one, started later, sends it.
     assert!(!first.stop(Duration::from_secs(10)).timed_out);
     assert_eq!(rec.sends_of(ids[0]), 0, "sent before its time");
@@ -157,15 +131,12 @@ fn ordered_a_scheduled_event_holds_its_keys_later_events_until_it_is_sent() {
     cfg.ordering = Ordering::PerBizNo;
     let rec = Recorder::ordered(vec![]);
     let relay = start(&cfg, "sched-4-000001", &rec);
-    let ids = enqueue(
-        &db,
-        &[
-            NewEvent::new("K", "STEP", "1"),
-            NewEvent::new("K", "STEP", "2").deliver_after(Duration::from_millis(1200)),
-            NewEvent::new("K", "STEP", "3"),
-            NewEvent::new("OTHER", "STEP", "x"),
-        ],
-    );
+    let ids = db.enqueue(&[
+        NewEvent::new("K", "STEP", "1"),
+        NewEvent::new("K", "STEP", "2").deliver_after(Duration::from_millis(1200)),
+        NewEvent::new("K", "STEP", "3"),
+        NewEvent::new("OTHER", "STEP", "x"),
+    ]);
     relay.notify();
     // The key's first event and the other key go at once; the third waits behind the second.
     assert!(wait_until(LONG, || rec.sends_of(ids[0]) == 1 && rec.sends_of(ids[3]) == 1));
@@ -306,10 +277,7 @@ fn a_scheduled_event_overtakes_a_backlog_due_before_it() {
         .start()
         .unwrap();
     assert!(wait_until(LONG, || rec.total_sent() >= 100), "the drain started");
-    let ids = enqueue(
-        &db,
-        &[NewEvent::new("NEW-1", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_millis(300))],
-    );
+    let ids = db.enqueue(&[NewEvent::new("NEW-1", "ORDER_TIMEOUT", "x").deliver_after(Duration::from_millis(300))]);
     assert!(wait_until(LONG, || rec.sends_of(ids[0]) == 1));
     let left = db.count("WAIT");
     assert!(

@@ -9,7 +9,7 @@ use mysql::prelude::Queryable;
 use mysql::{Opts, Pool};
 use parking_lot::Mutex;
 
-use outbox::{Config, OutboundEvent, Publisher, SendError, SendOutcome};
+use outbox::{Config, NewEvent, OutboundEvent, Publisher, Relay, SendError, SendOutcome};
 
 /// Server URL without a database; `OUTBOX_TEST_MYSQL` overrides it.
 pub fn server_url() -> String {
@@ -83,6 +83,18 @@ impl TestDb {
             .unwrap_or(0)
     }
 
+    /// Enqueues `events` in one committed transaction (the library's INSERT), returns their ids.
+    pub fn enqueue(&self, events: &[NewEvent]) -> Vec<u64> {
+        let mut conn = self.conn();
+        let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+        let ids = events
+            .iter()
+            .map(|e| outbox::enqueue_in_tx(&mut tx, e).unwrap())
+            .collect();
+        tx.commit().unwrap();
+        ids
+    }
+
     /// Inserts `n` events directly (outside any relay), returns their ids.
     pub fn seed(&self, n: usize) -> Vec<u64> {
         let mut conn = self.conn();
@@ -107,6 +119,13 @@ impl Drop for TestDb {
             }
         }
     }
+}
+
+/// A relay of `cfg` as instance `id`, publishing through the recorder.
+pub fn start_relay(cfg: &Config, id: &str, rec: &Arc<Recorder>) -> Relay {
+    let mut cfg = cfg.clone();
+    cfg.instance_id = Some(id.into());
+    Relay::start(cfg, rec.clone()).unwrap()
 }
 
 /// Polls `cond` until it holds or `limit` passes; returns whether it held. This waits on a
