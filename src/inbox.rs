@@ -381,6 +381,39 @@ pub fn purge_processed(
     Ok(deleted)
 }
 
+/// Forgets that `group` processed the events `keys` (`outboxd inbox forget`, through
+/// `crate::reemit::forget`): deletes their marks in `table`, so the group's consumers handle the
+/// next copy of each as new. With `dry_run`, counts the marks that would go and deletes nothing.
+/// Returns the number of marks deleted (or found). One statement, in the caller's connection's
+/// own transaction.
+pub fn forget_keys<Q: Queryable>(
+    conn: &mut Q,
+    table: &str,
+    group: &str,
+    keys: &[String],
+    dry_run: bool,
+) -> Result<u64> {
+    let t = crate::config::table_name("inbox.table", table)?;
+    check_group(group)?;
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    let list = keys
+        .iter()
+        .map(|k| crate::sql::bytes_lit(k.as_bytes()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let whr = format!(
+        "consumer_group = {} AND event_key IN ({list})",
+        crate::sql::bytes_lit(group.as_bytes())
+    );
+    if dry_run {
+        let n: Option<u64> = conn.query_first(format!("SELECT COUNT(*) FROM {t} WHERE {whr}"))?;
+        return Ok(n.unwrap_or(0));
+    }
+    Ok(conn.query_iter(format!("DELETE FROM {t} WHERE {whr}"))?.affected_rows())
+}
+
 /// The DELETE of one retention batch ([`purge_processed`] runs it until a batch comes back short).
 /// It walks `idx_inbox_processed_at` from the oldest mark as long as `batch` is small next to the
 /// table (MariaDB 10.11 scans the table only when one batch would take most of it, which is then

@@ -30,6 +30,7 @@ pub mod ordering;
 pub mod protocol;
 pub mod publisher;
 pub mod queues;
+pub mod reemit;
 pub mod relay;
 pub(crate) mod sql;
 pub mod stats;

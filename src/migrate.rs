@@ -87,6 +87,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "drop idx_status_claimed_at",
         sql: include_str!("../migrations/V14__drop_lease_index.sql"),
     },
+    Migration {
+        version: 15,
+        description: "create outbox_reemit",
+        sql: include_str!("../migrations/V15__create_outbox_reemit.sql"),
+    },
 ];
 
 /// What each migration costs a live table, on MariaDB 10.11 (checked with explicit `ALGORITHM`
@@ -117,6 +122,7 @@ pub fn lock_cost(version: u32) -> &'static str {
         12 => "CREATE TABLE IF NOT EXISTS outbox_control: instant; nothing if the table exists",
         13 => "CREATE TABLE IF NOT EXISTS outbox_claim: instant; nothing if the table exists",
         14 => "DROP INDEX IF EXISTS, ALGORITHM=INPLACE, LOCK=NONE: metadata only, writers go on",
+        15 => "CREATE TABLE IF NOT EXISTS outbox_reemit: instant; nothing if the table exists",
         _ => "not documented",
     }
 }

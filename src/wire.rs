@@ -31,6 +31,12 @@ pub const EVENT_CREATED_AT: &str = "eventCreatedAt";
 pub const TRACEPARENT: &str = "traceparent";
 /// The header (and message property) holding the W3C `tracestate`.
 pub const TRACESTATE: &str = "tracestate";
+/// The property a re-emitted event carries (`crate::reemit`): the id of the row it copies, whose
+/// message went out before under the same [`EVENT_KEY`]. Consumers see a re-emit by it; their
+/// inboxes still take it for the event they already handled.
+pub const REEMIT_OF: &str = "reemitOf";
+/// The property naming the re-emit job (`outbox_reemit.id`) that made the copy.
+pub const REEMIT_JOB: &str = "reemitJob";
 /// RocketMQ's own property holding the message key ([`message_key`]).
 pub const KEYS: &str = "KEYS";
 /// RocketMQ's own property holding the message tag ([`tag`]).
@@ -40,14 +46,16 @@ pub const TAGS: &str = "TAGS";
 /// when the row's time is known); the row's headers come with them, under their own names.
 pub const RELAY_PROPERTIES: [&str; 5] = [EVENT_ID, EVENT_KEY, EVENT_TYPE, BIZ_NO, EVENT_CREATED_AT];
 
-/// The names an event's headers may not take: the properties the relay sets itself, and the
-/// broker's own for the key and the tag.
-pub const RESERVED: [&str; 7] = [
+/// The names an event's headers may not take: the properties the relay sets itself (a re-emit's
+/// among them), and the broker's own for the key and the tag.
+pub const RESERVED: [&str; 9] = [
     RELAY_PROPERTIES[0],
     RELAY_PROPERTIES[1],
     RELAY_PROPERTIES[2],
     RELAY_PROPERTIES[3],
     RELAY_PROPERTIES[4],
+    REEMIT_OF,
+    REEMIT_JOB,
     KEYS,
     TAGS,
 ];

@@ -16,6 +16,7 @@ mod event_key;
 mod inbox;
 mod ordering;
 mod protocol;
+mod reemit;
 mod relay;
 #[cfg(feature = "rocketmq")]
 mod rocketmq_e2e;

@@ -2,6 +2,7 @@
 
 mod console;
 mod metrics;
+mod reemit;
 mod settings;
 mod startup;
 mod telemetry;
@@ -83,10 +84,17 @@ enum Command {
         #[command(subcommand)]
         command: ControlCommand,
     },
-    /// Events not sent yet: cancel them (docs/scheduling.md).
+    /// Events in time: cancel them before they leave, or re-emit sent ones by filter
+    /// (docs/scheduling.md).
     Events {
         #[command(subcommand)]
         command: EventsCommand,
+    },
+    /// A consumer group's inbox: forget events it processed, so its consumers handle their next
+    /// copy (a re-emit) as new.
+    Inbox {
+        #[command(subcommand)]
+        command: InboxCommand,
     },
     /// Delete sent rows older than an age, in small batches, once.
     Purge {
@@ -131,6 +139,31 @@ enum EventsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Send sent events again, selected by --event-type, --topic, --biz-no, --since and
+    /// --until (the time written): first the count and how far back the table keeps sent events;
+    /// with --yes a job (audited) copies them back into the table as new rows due now, at most
+    /// --rate per second, each keeping its event key (a consumer's inbox takes it for the event
+    /// it already handled) and carrying the properties reemitOf (the original's id) and
+    /// reemitJob. A signal stops the job after the batch it is writing; --resume ID goes on from
+    /// there, never copying an event twice. --stop ID stops a job running elsewhere.
+    #[command(name = "re-emit")]
+    Reemit(reemit::ReemitArgs),
+    /// The table's re-emit jobs, newest first: state, progress, filter, rate.
+    #[command(name = "re-emits")]
+    Reemits {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum InboxCommand {
+    /// Delete group --group's inbox marks of the sent events a filter (or re-emit job --job)
+    /// selects, in the consumer's database (console.consumer.db.url, else db.url) and its
+    /// inbox.table: the group's consumers then handle the next copy of each event (a re-emit) as
+    /// new, while other groups still take it for a duplicate. Run it before the re-emit reaches
+    /// the group. Audited in outbox_audit with --actor; --dry-run only counts.
+    Forget(reemit::ForgetArgs),
 }
 
 #[derive(Subcommand)]
@@ -363,6 +396,9 @@ fn main() -> ExitCode {
         Command::DeadLetters { command } => dead_letters(&effective.config, command),
         Command::Control { command } => control(&effective.config, command),
         Command::Events { command } => events(&effective.config, command),
+        Command::Inbox {
+            command: InboxCommand::Forget(args),
+        } => reemit::forget_cmd(&effective.config, args),
         Command::Purge { older_than, batch } => purge(&effective.config, older_than, batch),
     };
     match result {
@@ -633,13 +669,17 @@ fn control(config: &Config, command: ControlCommand) -> outbox::Result<()> {
 }
 
 fn events(config: &Config, command: EventsCommand) -> outbox::Result<()> {
-    let EventsCommand::Cancel {
-        ids,
-        biz_no,
-        event_type,
-        actor,
-        json,
-    } = command;
+    let (ids, biz_no, event_type, actor, json) = match command {
+        EventsCommand::Cancel {
+            ids,
+            biz_no,
+            event_type,
+            actor,
+            json,
+        } => (ids, biz_no, event_type, actor, json),
+        EventsCommand::Reemit(args) => return reemit::reemit_cmd(config, args),
+        EventsCommand::Reemits { json } => return reemit::list_jobs(config, json),
+    };
     let pool = pool(config)?;
     let actor = actor.unwrap_or_else(default_actor);
     let report = match &biz_no {
