@@ -578,8 +578,17 @@ pub fn run(
             ),
         });
     }
+    {
+        let detail = format!(
+            "re-emit job {id} run by {runner} from id {} ({} of {} emitted)",
+            job.position, job.emitted, job.matched
+        );
+        let mut tx = c.start_transaction(TxOpts::default())?;
+        audit(&mut tx, &t, "reemit-run", runner, &[(0, Some(detail))])?;
+        tx.commit()?;
+    }
     log::info!(
-        "re-emit {}: resuming at id {} ({})",
+        "re-emit {}: running from id {} ({})",
         job.summary(),
         job.position,
         job.selection.describe()

@@ -30,6 +30,7 @@ const NAV: &[(&str, &str)] = &[
     ("/dead-letters", "Dead letters"),
     ("/ordered", "Ordered keys"),
     ("/consumers", "Consumers"),
+    ("/re-emit", "Re-emit"),
     ("/controls", "Controls"),
     ("/audit", "Audit"),
 ];

@@ -15,7 +15,8 @@
 //! - `data.rs`: the reads, each an index range scan or bounded;
 //! - `live.rs`: the relay's rates and latency for the overview;
 //! - `overview.rs`, `events.rs`, `dead_letters.rs`, `ordered.rs`, `consumers.rs`,
-//!   `controls.rs` (pause, resume, the audit), `login.rs`: the pages and their actions.
+//!   `reemit.rs` (re-emit by filter and its jobs), `controls.rs` (pause, resume, the audit),
+//!   `login.rs`: the pages and their actions.
 
 mod auth;
 mod consumers;
@@ -29,6 +30,7 @@ mod live;
 mod login;
 mod ordered;
 mod overview;
+mod reemit;
 mod state;
 
 pub use http::{Request, Response};
@@ -87,6 +89,9 @@ impl Console {
             ("POST", p) if p.starts_with("/consumers/") => {
                 consumers::act(self, &viewer, req, &p["/consumers/".len()..])
             }
+            ("GET", "/re-emit") => reemit::page(self, &viewer, req),
+            ("POST", "/re-emit/start") => reemit::start(self, &viewer, req),
+            ("POST", p) if p.starts_with("/re-emit/") => reemit::act(self, &viewer, req, &p["/re-emit/".len()..]),
             ("GET", "/controls") => controls::page(self, &viewer, None),
             ("POST", "/controls/pause") => controls::set(self, &viewer, req, true),
             ("POST", "/controls/resume") => controls::set(self, &viewer, req, false),

@@ -613,3 +613,78 @@ fn a_waiting_event_is_cancelled_from_its_page_by_the_admin_audited_and_counted_a
     let r = console.handle(&admin.post(&format!("/events/{id}/cancel"), &[]));
     assert!(body(&r).contains("not cancelled: already cancelled"), "{}", body(&r));
 }
+
+#[test]
+fn sent_events_are_counted_then_re_emitted_by_the_admin_from_the_console_and_the_job_is_audited() {
+    let db = TestDb::new("console_reemit");
+    let events: Vec<outbox::NewEvent> = (0..30)
+        .map(|i| outbox::NewEvent::new(format!("ORD-<{i}>"), if i % 3 == 0 { "PAID" } else { "CREATED" }, "x"))
+        .collect();
+    db.enqueue(&events);
+    db.conn()
+        .query_drop("UPDATE t_event_record SET status = 'SUCCESS', event_key = UUID()")
+        .unwrap();
+    let console = Console::new(&config(&db)).unwrap();
+    let admin = Session::login(&console, ADMIN, "alice");
+    let page = body(&console.handle(&admin.get("/re-emit?count=1&event_type=PAID")));
+    assert!(page.contains("10 sent events match (type PAID"), "{page}");
+    assert!(page.contains("action=\"/re-emit/start\""), "{page}");
+    // The filter comes back into the form escaped.
+    let page = body(&console.handle(&admin.get(&format!("/re-emit?count=1&biz_no={}", urlencode(XSS)))));
+    assert!(!page.contains(XSS) && page.contains("&lt;script&gt;"), "{page}");
+    // A reader counts but cannot start; a bad time is a 400 naming it.
+    let reader = Session::login(&console, READ, "bob");
+    let page = body(&console.handle(&reader.get("/re-emit?count=1&event_type=PAID")));
+    assert!(
+        page.contains("10 sent events match") && !page.contains("/re-emit/start"),
+        "{page}"
+    );
+    let r = console.handle(&admin.get("/re-emit?count=1&since=yesterday"));
+    assert_eq!(r.status, 400);
+    assert!(body(&r).contains("parameter since"), "{}", body(&r));
+    // Without the CSRF token: refused, nothing created.
+    let mut forged = admin.post("/re-emit/start", &[("event_type", "PAID")]);
+    forged.body = b"event_type=PAID".to_vec();
+    assert_eq!(console.handle(&forged).status, 403);
+    let jobs = || -> u64 {
+        db.conn()
+            .query_first("SELECT COUNT(*) FROM outbox_reemit")
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(jobs(), 0);
+    let r = console.handle(&admin.post("/re-emit/start", &[("event_type", "PAID"), ("rate", "0")]));
+    assert_eq!(r.status, 400, "{}", body(&r));
+    assert_eq!(jobs(), 0);
+    let r = console.handle(&admin.post("/re-emit/start", &[("event_type", "PAID"), ("rate", "500")]));
+    assert_eq!(r.status, 200, "{}", body(&r));
+    assert!(
+        body(&r).contains("Re-emit job 1 started: 10 events at 500/s"),
+        "{}",
+        body(&r)
+    );
+    // The job runs in the console's process to its end.
+    assert!(crate::support::wait_until(Duration::from_secs(30), || {
+        outbox::reemit::job(&db.pool, 1).unwrap().unwrap().state == outbox::reemit::JobState::Done
+    }));
+    let copies: u64 = db
+        .conn()
+        .query_first("SELECT COUNT(*) FROM t_event_record WHERE status = 'WAIT' AND event_type = 'PAID' AND headers LIKE '%reemitOf%'")
+        .unwrap()
+        .unwrap();
+    assert_eq!(copies, 10);
+    let page = body(&console.handle(&admin.get("/re-emit")));
+    assert!(page.contains("10 of 10") && page.contains("DONE"), "{page}");
+    let actions: Vec<(String, String)> = audit(&db).into_iter().map(|a| (a.0, a.1)).collect();
+    assert_eq!(actions.len(), 3, "{actions:?}");
+    assert_eq!(actions[0].0, "reemit");
+    assert!(actions[0].1.contains("alice"), "{actions:?}");
+    assert_eq!(
+        (actions[1].0.as_str(), actions[2].0.as_str()),
+        ("reemit-run", "reemit-done")
+    );
+    // Resuming a job that is done is refused, naming it.
+    let r = console.handle(&admin.post("/re-emit/1/resume", &[]));
+    assert_eq!(r.status, 400);
+    assert!(body(&r).contains("1 is done"), "{}", body(&r));
+}

@@ -182,6 +182,7 @@ fn each_filter_selects_its_sent_events_and_the_copies_keep_the_key_and_say_they_
         audits,
         vec![
             ("reemit".to_string(), "tester".to_string()),
+            ("reemit-run".to_string(), "runner-1".to_string()),
             ("reemit-done".to_string(), "runner-1".to_string())
         ]
     );
