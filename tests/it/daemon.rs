@@ -1289,3 +1289,151 @@ fn events_cancel_by_id_and_by_business_key_prints_each_outcome_and_status_shows_
     assert!(err.contains("--id") && err.contains("--biz-no"), "{err}");
     assert_eq!(db.rows().len(), 2, "ORD-2's reminder and the sent row are left");
 }
+
+#[test]
+fn re_emit_from_outboxd_counts_runs_stops_on_a_signal_and_resumes() {
+    let db = TestDb::new("d_reemit");
+    let events: Vec<outbox::NewEvent> = (0..2000)
+        .map(|i| outbox::NewEvent::new(format!("ORD-{i}"), if i % 2 == 0 { "PAID" } else { "CREATED" }, "x"))
+        .collect();
+    db.enqueue(&events);
+    db.conn()
+        .query_drop("UPDATE t_event_record SET status = 'SUCCESS', event_key = UUID()")
+        .unwrap();
+    let count = |sql: &str| -> u64 { db.conn().query_first(sql).unwrap().unwrap() };
+    // The count first: nothing is sent without --yes.
+    let (code, stdout, err) = out({
+        let mut c = outboxd(&db);
+        c.args(["events", "re-emit", "--event-type", "PAID", "--since", "1h"]);
+        c
+    });
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("1000 sent events match (type PAID, written since"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("keeps sent events back to"), "{stdout}");
+    assert!(stdout.contains("add --yes to re-emit them at 1000/s"), "{stdout}");
+    assert_eq!(count("SELECT COUNT(*) FROM outbox_reemit"), 0);
+    // A bad rate names itself; nothing created.
+    let (code, _, err) = out({
+        let mut c = outboxd(&db);
+        c.args(["events", "re-emit", "--event-type", "PAID", "--yes", "--rate", "0"]);
+        c
+    });
+    assert_ne!(code, 0);
+    assert!(err.contains("rate 0 must be 1 to 100000"), "{err}");
+    assert_eq!(count("SELECT COUNT(*) FROM outbox_reemit"), 0);
+    // Run at 400/s, stopped by SIGTERM after its first copies: it says how to resume.
+    let mut child = {
+        let mut c = outboxd(&db);
+        c.args([
+            "events",
+            "re-emit",
+            "--event-type",
+            "PAID",
+            "--yes",
+            "--rate",
+            "400",
+            "--actor",
+            "ops@test",
+        ]);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    assert!(wait_until(Duration::from_secs(30), || count(
+        "SELECT COALESCE(MAX(emitted), 0) FROM outbox_reemit"
+    ) >= 200));
+    signal(&child, "TERM");
+    assert_eq!(exit_code(&mut child, Duration::from_secs(30)), Some(0));
+    let mut stdout = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    assert!(stdout.contains("re-emit job 1: 1000 events (type PAID"), "{stdout}");
+    assert!(
+        stdout.contains("resume with: outboxd events re-emit --resume 1"),
+        "{stdout}"
+    );
+    let emitted = count("SELECT emitted FROM outbox_reemit WHERE id = 1");
+    assert!(emitted < 1000, "{emitted}");
+    assert_eq!(
+        count("SELECT COUNT(*) FROM t_event_record WHERE status = 'WAIT'"),
+        emitted
+    );
+    let (code, stdout, err) = out({
+        let mut c = outboxd(&db);
+        c.args(["events", "re-emits"]);
+        c
+    });
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains(&format!("job 1: emitted {emitted} of 1000 (STOPPED)")),
+        "{stdout}"
+    );
+    let (code, stdout, err) = out({
+        let mut c = outboxd(&db);
+        c.args(["events", "re-emit", "--resume", "1", "--json"]);
+        c
+    });
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        (v["state"].as_str(), v["emitted"].as_u64(), v["end"].as_str()),
+        (Some("DONE"), Some(1000), Some("done"))
+    );
+    assert_eq!(
+        count("SELECT COUNT(DISTINCT JSON_VALUE(headers, '$.reemitOf')) FROM t_event_record WHERE status = 'WAIT'"),
+        1000
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM t_event_record WHERE status = 'WAIT'"),
+        1000,
+        "none twice"
+    );
+    // A group forgets the job's events: a dry run counts the marks it holds.
+    db.conn()
+        .query_drop(
+            "INSERT INTO outbox_inbox (consumer_group, event_key) SELECT 'points', event_key FROM t_event_record \
+             WHERE status = 'SUCCESS' AND event_type = 'PAID' LIMIT 300",
+        )
+        .unwrap();
+    let (code, stdout, err) = out({
+        let mut c = outboxd(&db);
+        c.args(["inbox", "forget", "--group", "points", "--job", "1", "--dry-run"]);
+        c
+    });
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("group points: would forget 300 inbox marks in outbox_inbox of 1000 sent events"),
+        "{stdout}"
+    );
+    let (code, stdout, err) = out({
+        let mut c = outboxd(&db);
+        c.args([
+            "inbox",
+            "forget",
+            "--group",
+            "points",
+            "--event-type",
+            "PAID",
+            "--actor",
+            "ops@test",
+        ]);
+        c
+    });
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("group points: forgot 300 inbox marks"), "{stdout}");
+    assert_eq!(count("SELECT COUNT(*) FROM outbox_inbox"), 0);
+    let actions: Vec<String> = db.conn().query("SELECT action FROM outbox_audit ORDER BY id").unwrap();
+    assert_eq!(
+        actions,
+        [
+            "reemit",
+            "reemit-run",
+            "reemit-stop",
+            "reemit-run",
+            "reemit-done",
+            "inbox-forget"
+        ],
+        "{actions:?}"
+    );
+}

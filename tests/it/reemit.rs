@@ -363,3 +363,139 @@ fn bad_input_is_refused_naming_the_value_and_changes_nothing() {
         .unwrap();
     assert_eq!(jobs, 0);
 }
+
+/// Against the broker: a consumer group's inbox takes the re-emitted events for the ones it
+/// already credited, until `forget` deletes the group's marks; then the next re-emit is credited
+/// once more, and every copy said it was a re-emit.
+#[cfg(feature = "rocketmq")]
+#[test]
+fn an_inbox_takes_a_re_emit_for_a_duplicate_until_the_group_forgets_the_events() {
+    use std::sync::Arc;
+
+    use crate::rocketmq_e2e::{ensure_broker, unique, BROKER_LOCK};
+    use outbox::consumer::{Consumer, ConsumerConfig, HandlerError, Message};
+    use outbox::rocketmq::{RocketMqPublisher, RocketMqSource, SourceConfig};
+    use outbox::Relay;
+
+    const NAMESRV: &str = "127.0.0.1:9876";
+    let _shared = BROKER_LOCK.read();
+    ensure_broker();
+    let db = TestDb::new("reemit_inbox");
+    db.conn()
+        .query_drop("CREATE TABLE credits (seq BIGINT AUTO_INCREMENT PRIMARY KEY, biz_no VARCHAR(64), event_key VARCHAR(64), reemit_of VARCHAR(32) NULL)")
+        .unwrap();
+    let topic = unique("outbox_reemit");
+    let group = unique("points");
+    let mut cfg = db.config();
+    cfg.topic = topic.clone();
+    cfg.rocketmq.namesrv = NAMESRV.into();
+    cfg.rocketmq.producer_group = unique("outbox_reemit_p");
+    let n = 20u64;
+    let events: Vec<NewEvent> = (0..n)
+        .map(|i| NewEvent::new(format!("ORD-{i}"), "ORDER_PAID", "{}"))
+        .collect();
+    db.enqueue(&events);
+    let relay = Relay::builder(cfg.clone())
+        .publisher(Arc::new(RocketMqPublisher::start(&cfg).unwrap()))
+        .start()
+        .unwrap();
+    let credit = |tx: &mut mysql::Transaction<'_>, m: &Message| -> Result<(), HandlerError> {
+        tx.exec_drop(
+            "INSERT INTO credits (biz_no, event_key, reemit_of) VALUES (?, ?, ?)",
+            (
+                m.biz_no().unwrap_or_default(),
+                &m.key,
+                m.properties.get(outbox::wire::REEMIT_OF),
+            ),
+        )?;
+        Ok(())
+    };
+    let src = RocketMqSource::start(&SourceConfig::new(NAMESRV, &topic, &group)).unwrap();
+    let consumer = Consumer::start(
+        ConsumerConfig::new(&group),
+        db.pool.clone(),
+        Arc::new(src),
+        Arc::new(credit),
+    )
+    .unwrap();
+    let count = |sql: &str| -> u64 { db.conn().query_first(sql).unwrap().unwrap() };
+    assert!(wait_until(LONG, || count("SELECT COUNT(*) FROM credits") == n));
+
+    let reemit_all = || {
+        let p = reemit::preview(&db.pool, "t_event_record", &topic, &filter()).unwrap();
+        assert_eq!(p.matched, n, "the originals, never the copies");
+        let job = reemit::create(&db.pool, &p, 1000, "tester").unwrap();
+        let (j, end) = reemit::run(
+            &db.pool,
+            "t_event_record",
+            job.id,
+            "runner",
+            &AtomicBool::new(false),
+            |_| {},
+        )
+        .unwrap();
+        assert_eq!((end, j.emitted), (RunEnd::Done, n));
+        job.id
+    };
+    // Re-emitted: sent and consumed, each a duplicate for the group's inbox.
+    let first = reemit_all();
+    assert!(wait_until(LONG, || db.pending() == 0));
+    assert!(
+        wait_until(LONG, || consumer.stats().duplicates == n),
+        "{:?}",
+        consumer.stats()
+    );
+    assert_eq!(count("SELECT COUNT(*) FROM credits"), n, "no second credit");
+
+    // The group forgets them (dry run first: counts, changes nothing), and the next re-emit is
+    // credited again: once per event.
+    let p = reemit::preview(&db.pool, "t_event_record", &topic, &filter()).unwrap();
+    let dry = reemit::forget(
+        &db.pool,
+        &p.selection,
+        &db.pool,
+        "outbox_inbox",
+        &group,
+        "tester",
+        true,
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!((dry.events, dry.forgotten), (n, n));
+    assert_eq!(count("SELECT COUNT(*) FROM outbox_inbox"), n);
+    let job = reemit::job(&db.pool, first).unwrap().unwrap();
+    let done = reemit::forget(
+        &db.pool,
+        &job.selection,
+        &db.pool,
+        "outbox_inbox",
+        &group,
+        "tester",
+        false,
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!((done.events, done.forgotten), (n, n));
+    assert_eq!(count("SELECT COUNT(*) FROM outbox_inbox"), 0);
+    let second = reemit_all();
+    assert!(wait_until(LONG, || count("SELECT COUNT(*) FROM credits") == 2 * n));
+    relay.stop(Duration::from_secs(10));
+    let stats = consumer.stop();
+    assert_eq!(stats.processed, 2 * n);
+    assert_eq!(
+        count("SELECT COUNT(DISTINCT event_key) FROM credits"),
+        n,
+        "the same events, by key"
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM credits WHERE reemit_of IS NOT NULL"),
+        n,
+        "the second credit of each came from a re-emit"
+    );
+    let audited: Vec<String> = db
+        .conn()
+        .query("SELECT action FROM outbox_audit WHERE action = 'inbox-forget'")
+        .unwrap();
+    assert_eq!(audited.len(), 1, "the forget is audited, the dry run is not");
+    assert!(second > first);
+}

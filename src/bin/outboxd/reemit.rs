@@ -54,8 +54,8 @@ pub struct ReemitArgs {
     /// Create the job and run it; without --yes, only count what the filter matches.
     #[arg(long, conflicts_with_all = ["resume", "stop"])]
     pub yes: bool,
-    /// Events per second (1 to 100000).
-    #[arg(long, default_value_t = reemit::DEFAULT_RATE)]
+    /// Events per second (1 to 100000), for the job's life: a resumed job keeps its own.
+    #[arg(long, default_value_t = reemit::DEFAULT_RATE, conflicts_with_all = ["resume", "stop"])]
     pub rate: u32,
     /// Run job ID again from where it stopped (one a stop, a signal or a crash left).
     #[arg(long, value_name = "ID", conflicts_with_all = ["event_type", "topic", "biz_no", "since", "until"])]

@@ -1,0 +1,252 @@
+//! Re-emit under live traffic (docs/scheduling.md#re-emitting-sent-events): a job re-emits a
+//! million sent events at its configured rate while an order service keeps writing live events,
+//! and the live events' commit → broker ack is measured before and during the job.
+//!
+//! 1. A fresh database gets N sent events (SUCCESS rows with an event key, `INSERT … SELECT` from
+//!    MariaDB's sequence engine).
+//! 2. One relay with its defaults and the RocketMQ publisher runs; a writer commits L live events
+//!    per second, one per transaction. A wrapper around the publisher notes when the broker
+//!    acknowledged each live event; its latency = ack − the row's `create_time` (the database's
+//!    clock, on this machine).
+//! 3. **Baseline**: the live events alone for B seconds: p50/p99.
+//! 4. **Re-emit**: a job (`outbox::reemit`) re-emits all N at R per second while the writer goes
+//!    on; the job's achieved rate, the live events' p50/p99 over the job, and when the relay had
+//!    sent the last copy.
+//!
+//! `cargo bench --features rocketmq --bench reemit [-- --events N] [--rate R] [--live L]
+//! [--baseline B] [--quick]` (defaults 1 000 000, 10 000, 1 000, 15 s; `--quick`: 100 000, 10 000,
+//! 500, 5 s). Needs MariaDB on 127.0.0.1:3306 (root) and the name server and broker
+//! (`scripts/rocketmq start`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mysql::prelude::Queryable;
+use mysql::{Opts, Pool, TxOpts};
+use parking_lot::Mutex;
+
+use outbox::reemit::{self, ReemitFilter, RunEnd};
+use outbox::rocketmq::RocketMqPublisher;
+use outbox::{Config, NewEvent, OutboundEvent, Publisher, Relay, SendOutcome};
+
+const SERVER: &str = "mysql://root@127.0.0.1:3306";
+
+struct Args {
+    events: u64,
+    rate: u32,
+    live: u64,
+    baseline_s: u64,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        events: 1_000_000,
+        rate: 10_000,
+        live: 1_000,
+        baseline_s: 15,
+    };
+    let mut it = std::env::args().skip(1);
+    let num = |flag: &str, v: Option<String>| -> u64 {
+        let v = v.unwrap_or_else(|| panic!("{flag} needs a value"));
+        v.parse()
+            .ok()
+            .filter(|n| *n >= 1)
+            .unwrap_or_else(|| panic!("{flag} must be a whole number of at least 1, not {v:?}"))
+    };
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--events" => a.events = num("--events", it.next()),
+            "--rate" => a.rate = num("--rate", it.next()) as u32,
+            "--live" => a.live = num("--live", it.next()),
+            "--baseline" => a.baseline_s = num("--baseline", it.next()),
+            "--quick" => (a.events, a.rate, a.live, a.baseline_s) = (100_000, 10_000, 500, 5),
+            "--bench" => {}
+            other => panic!("unknown argument {other:?} (--events N, --rate R, --live L, --baseline B, --quick)"),
+        }
+    }
+    a
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// The RocketMQ publisher, noting each live event's latency (ack − written) and counting copies.
+struct Timed {
+    inner: RocketMqPublisher,
+    /// (acked ms, latency ms) per live event.
+    live: Mutex<Vec<(u64, i64)>>,
+    copies: AtomicU64,
+    last_copy_ms: AtomicU64,
+}
+
+impl Publisher for Timed {
+    fn publish(&self, events: &[OutboundEvent], timeout: Duration) -> Vec<SendOutcome> {
+        let out = self.inner.publish(events, timeout);
+        let at = now_ms();
+        for (e, o) in events.iter().zip(&out) {
+            if !matches!(o, SendOutcome::Sent { .. }) {
+                continue;
+            }
+            if e.headers.contains_key(outbox::wire::REEMIT_OF) {
+                self.copies.fetch_add(1, Ordering::Relaxed);
+                self.last_copy_ms.store(at, Ordering::Relaxed);
+            } else if e.biz_no.starts_with("LIVE-") {
+                self.live.lock().push((at, at as i64 - e.created_ms as i64));
+            }
+        }
+        out
+    }
+    fn queue_hint(&self, event: &OutboundEvent) -> Option<u64> {
+        self.inner.queue_hint(event)
+    }
+    fn is_healthy(&self) -> bool {
+        self.inner.is_healthy()
+    }
+    fn shutdown(&self) {
+        self.inner.shutdown()
+    }
+}
+
+fn pct(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return -1;
+    }
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// p50 and p99 of the live latencies acknowledged in `[from, to)` (ms since the epoch).
+fn window(live: &[(u64, i64)], from: u64, to: u64) -> (usize, i64, i64) {
+    let mut l: Vec<i64> = live
+        .iter()
+        .filter(|(at, _)| (from..to).contains(at))
+        .map(|(_, l)| *l)
+        .collect();
+    l.sort();
+    (l.len(), pct(&l, 0.5), pct(&l, 0.99))
+}
+
+fn main() {
+    let a = args();
+    let db = format!("outbox_bench_reemit_{:06x}", rand::random::<u32>() & 0xffffff);
+    let server = Pool::new(Opts::from_url(SERVER).unwrap()).expect("MariaDB on 127.0.0.1:3306");
+    server
+        .get_conn()
+        .unwrap()
+        .query_drop(format!("CREATE DATABASE {db}"))
+        .unwrap();
+    let url = format!("{SERVER}/{db}");
+    let result = std::panic::catch_unwind(|| run(&a, &url));
+    server
+        .get_conn()
+        .unwrap()
+        .query_drop(format!("DROP DATABASE IF EXISTS {db}"))
+        .unwrap();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn run(a: &Args, url: &str) {
+    let pool = Pool::new(Opts::from_url(url).unwrap()).unwrap();
+    outbox::migrate(&pool).unwrap();
+    let mut cfg = Config::new(url);
+    cfg.topic = format!("bench_reemit_{:06x}", rand::random::<u32>() & 0xffffff);
+    let t = Instant::now();
+    let mut conn = pool.get_conn().unwrap();
+    for start in (1..=a.events).step_by(100_000) {
+        let end = (start + 99_999).min(a.events);
+        conn.query_drop(format!(
+            "INSERT INTO t_event_record (biz_no, event_type, payload, status, sent_at, event_key, create_time) \
+             SELECT CONCAT('PAST-', seq), 'ORDER_PAID', '{{\"order\":1,\"amount\":100,\"user\":42}}', 'SUCCESS', NOW(3), \
+             UUID(), NOW(3) - INTERVAL 1 DAY FROM seq_{start}_to_{end}"
+        ))
+        .unwrap();
+    }
+    conn.query_drop("ANALYZE TABLE t_event_record").unwrap();
+    println!("seeded {} sent events in {:.1} s", a.events, t.elapsed().as_secs_f64());
+
+    let timed = Arc::new(Timed {
+        inner: RocketMqPublisher::start(&cfg).expect("publisher (is the broker up? scripts/rocketmq start)"),
+        live: Mutex::new(Vec::new()),
+        copies: AtomicU64::new(0),
+        last_copy_ms: AtomicU64::new(0),
+    });
+    let relay = Relay::builder(cfg.clone()).publisher(timed.clone()).start().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (pool, stop, rate) = (pool.clone(), stop.clone(), a.live);
+        std::thread::spawn(move || {
+            let mut c = pool.get_conn().unwrap();
+            let started = Instant::now();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let mut tx = c.start_transaction(TxOpts::default()).unwrap();
+                outbox::enqueue_in_tx(
+                    &mut tx,
+                    &NewEvent::new(format!("LIVE-{n}"), "ORDER_CREATED", "{\"order\":2}"),
+                )
+                .unwrap();
+                tx.commit().unwrap();
+                n += 1;
+                let due = Duration::from_secs_f64(n as f64 / rate as f64);
+                if let Some(p) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(p);
+                }
+            }
+            n
+        })
+    };
+    // Warm up, then the baseline.
+    std::thread::sleep(Duration::from_secs(2));
+    let base_from = now_ms();
+    std::thread::sleep(Duration::from_secs(a.baseline_s));
+    let base_to = now_ms();
+
+    let p = reemit::preview(&pool, &cfg.table, &cfg.topic, &ReemitFilter::default()).unwrap();
+    assert_eq!(p.matched, a.events);
+    let job = reemit::create(&pool, &p, a.rate, "bench").unwrap();
+    let t = Instant::now();
+    let job_from = now_ms();
+    let (j, end) = reemit::run(
+        &pool,
+        &cfg.table,
+        job.id,
+        "bench-runner",
+        &AtomicBool::new(false),
+        |_| {},
+    )
+    .unwrap();
+    let took = t.elapsed();
+    let job_to = now_ms();
+    assert_eq!((end, j.emitted), (RunEnd::Done, a.events));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while timed.copies.load(Ordering::Relaxed) < a.events && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    relay.stop(Duration::from_secs(10));
+    let copies = timed.copies.load(Ordering::Relaxed);
+    let last_copy = timed.last_copy_ms.load(Ordering::Relaxed);
+    let live = timed.live.lock().clone();
+    let (bn, b50, b99) = window(&live, base_from, base_to);
+    let (rn, r50, r99) = window(&live, job_from, job_to);
+    println!(
+        "live events alone ({} s, {}/s written): {bn} acknowledged, commit → ack p50 {b50} ms, p99 {b99} ms",
+        a.baseline_s, a.live
+    );
+    println!(
+        "re-emit of {} at {}/s: done in {:.1} s ({:.0}/s), the relay sent the last copy {} ms after the job ended; \
+         {copies} copies sent; live events meanwhile: {rn} acknowledged, commit → ack p50 {r50} ms, p99 {r99} ms \
+         ({:.2}× the baseline p99); {written} live events written in all",
+        a.events,
+        a.rate,
+        took.as_secs_f64(),
+        a.events as f64 / took.as_secs_f64(),
+        last_copy.saturating_sub(job_to),
+        r99 as f64 / b99.max(1) as f64,
+    );
+    assert_eq!(copies, a.events, "every copy sent within 120 s of the job's end");
+}
