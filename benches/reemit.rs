@@ -5,17 +5,21 @@
 //! 1. A fresh database gets N sent events (SUCCESS rows with an event key, `INSERT … SELECT` from
 //!    MariaDB's sequence engine).
 //! 2. One relay with its defaults and the RocketMQ publisher runs; a writer commits L live events
-//!    per second, one per transaction. A wrapper around the publisher notes when the broker
+//!    per second, one per transaction, through the relay's `enqueue_in_tx` and `commit` (as an
+//!    embedded service does: the commit wakes the relay). A wrapper around the publisher notes when the broker
 //!    acknowledged each live event; its latency = ack − the row's `create_time` (the database's
 //!    clock, on this machine).
 //! 3. **Baseline**: the live events alone for B seconds: p50/p99.
-//! 4. **Re-emit**: a job (`outbox::reemit`) re-emits all N at R per second while the writer goes
-//!    on; the job's achieved rate, the live events' p50/p99 over the job, and when the relay had
-//!    sent the last copy.
+//! 4. **Rates**: for each rate of the sweep, a job (`outbox::reemit`) re-emits S seconds' worth
+//!    of sent events (their own event type) at that rate while the writer goes on: the live
+//!    events' p50/p99 over the job against the baseline's.
+//! 5. **A million**: a job re-emits all N at R per second: its achieved rate, the live events'
+//!    p50/p99 over it, and when the relay had sent the last copy.
 //!
 //! `cargo bench --features rocketmq --bench reemit [-- --events N] [--rate R] [--live L]
-//! [--baseline B] [--quick]` (defaults 1 000 000, 10 000, 1 000, 15 s; `--quick`: 100 000, 10 000,
-//! 500, 5 s). Needs MariaDB on 127.0.0.1:3306 (root) and the name server and broker
+//! [--baseline B] [--sweep 1000,5000,10000] [--sweep-seconds S] [--quick]` (defaults 1 000 000,
+//! 2 000, 1 000, 15 s, 1 000/5 000/10 000 for 20 s each; `--quick`: 100 000, 2 000, 1 000, 5 s, no
+//! sweep). Needs MariaDB on 127.0.0.1:3306 (root) and the name server and broker
 //! (`scripts/rocketmq start`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,14 +41,18 @@ struct Args {
     rate: u32,
     live: u64,
     baseline_s: u64,
+    sweep: Vec<u32>,
+    sweep_s: u64,
 }
 
 fn args() -> Args {
     let mut a = Args {
         events: 1_000_000,
-        rate: 10_000,
+        rate: 2_000,
         live: 1_000,
         baseline_s: 15,
+        sweep: vec![1_000, 5_000, 10_000],
+        sweep_s: 20,
     };
     let mut it = std::env::args().skip(1);
     let num = |flag: &str, v: Option<String>| -> u64 {
@@ -60,9 +68,20 @@ fn args() -> Args {
             "--rate" => a.rate = num("--rate", it.next()) as u32,
             "--live" => a.live = num("--live", it.next()),
             "--baseline" => a.baseline_s = num("--baseline", it.next()),
-            "--quick" => (a.events, a.rate, a.live, a.baseline_s) = (100_000, 10_000, 500, 5),
+            "--sweep" => {
+                let v = it.next().unwrap_or_default();
+                a.sweep = v
+                    .split(',')
+                    .filter(|r| !r.is_empty())
+                    .map(|r| num("--sweep", Some(r.to_string())) as u32)
+                    .collect();
+            }
+            "--sweep-seconds" => a.sweep_s = num("--sweep-seconds", it.next()),
+            "--quick" => (a.events, a.baseline_s, a.sweep) = (100_000, 5, Vec::new()),
             "--bench" => {}
-            other => panic!("unknown argument {other:?} (--events N, --rate R, --live L, --baseline B, --quick)"),
+            other => panic!(
+                "unknown argument {other:?} (--events N, --rate R, --live L, --baseline B, --sweep R1,R2, --sweep-seconds S, --quick)"
+            ),
         }
     }
     a
@@ -148,6 +167,79 @@ fn main() {
     }
 }
 
+fn seed(conn: &mut mysql::PooledConn, n: u64, event_type: &str) {
+    for start in (1..=n).step_by(100_000) {
+        let end = (start + 99_999).min(n);
+        conn.query_drop(format!(
+            "INSERT INTO t_event_record (biz_no, event_type, payload, status, sent_at, event_key, create_time) \
+             SELECT CONCAT('PAST-', seq), '{event_type}', '{{\"order\":1,\"amount\":100,\"user\":42}}', 'SUCCESS', \
+             NOW(3), UUID(), NOW(3) - INTERVAL 1 DAY FROM seq_{start}_to_{end}"
+        ))
+        .unwrap();
+    }
+}
+
+/// Re-emits the sent events of `event_type` (`n` of them) at `rate` while the live writer runs;
+/// prints the live latency over the job against the baseline's p99; waits until the relay sent
+/// every copy of it.
+/// What every job of a run shares.
+struct Run<'a> {
+    pool: &'a Pool,
+    cfg: &'a Config,
+    timed: &'a Timed,
+    /// The baseline's live p99, ms.
+    base99: i64,
+    /// Live events written per second.
+    live: u64,
+}
+
+fn job(r: &Run<'_>, event_type: &str, n: u64, rate: u32) {
+    let Run {
+        pool,
+        cfg,
+        timed,
+        base99,
+        live,
+    } = *r;
+    let filter = ReemitFilter {
+        event_type: Some(event_type.into()),
+        ..ReemitFilter::default()
+    };
+    let p = reemit::preview(pool, &cfg.table, &cfg.topic, &filter).unwrap();
+    assert_eq!(p.matched, n);
+    let before = timed.copies.load(Ordering::Relaxed);
+    let job = reemit::create(pool, &p, rate, "bench").unwrap();
+    let t = Instant::now();
+    let from = now_ms();
+    let (j, end) = reemit::run(
+        pool,
+        &cfg.table,
+        job.id,
+        "bench-runner",
+        &AtomicBool::new(false),
+        |_| {},
+    )
+    .unwrap();
+    let took = t.elapsed();
+    let to = now_ms();
+    assert_eq!((end, j.emitted), (RunEnd::Done, n));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while timed.copies.load(Ordering::Relaxed) < before + n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let copies = timed.copies.load(Ordering::Relaxed) - before;
+    let (rn, r50, r99) = window(&timed.live.lock(), from, to);
+    println!(
+        "re-emit of {n} at {rate}/s: done in {:.1} s ({:.0}/s), last copy sent {} ms after the job ended, {copies} copies sent; \
+         live events meanwhile ({live}/s written): {rn} acknowledged, commit → ack p50 {r50} ms, p99 {r99} ms ({:.2}× the baseline p99)",
+        took.as_secs_f64(),
+        n as f64 / took.as_secs_f64(),
+        timed.last_copy_ms.load(Ordering::Relaxed).saturating_sub(to),
+        r99 as f64 / base99.max(1) as f64,
+    );
+    assert_eq!(copies, n, "every copy sent within 120 s of the job's end");
+}
+
 fn run(a: &Args, url: &str) {
     let pool = Pool::new(Opts::from_url(url).unwrap()).unwrap();
     outbox::migrate(&pool).unwrap();
@@ -155,17 +247,16 @@ fn run(a: &Args, url: &str) {
     cfg.topic = format!("bench_reemit_{:06x}", rand::random::<u32>() & 0xffffff);
     let t = Instant::now();
     let mut conn = pool.get_conn().unwrap();
-    for start in (1..=a.events).step_by(100_000) {
-        let end = (start + 99_999).min(a.events);
-        conn.query_drop(format!(
-            "INSERT INTO t_event_record (biz_no, event_type, payload, status, sent_at, event_key, create_time) \
-             SELECT CONCAT('PAST-', seq), 'ORDER_PAID', '{{\"order\":1,\"amount\":100,\"user\":42}}', 'SUCCESS', NOW(3), \
-             UUID(), NOW(3) - INTERVAL 1 DAY FROM seq_{start}_to_{end}"
-        ))
-        .unwrap();
+    for r in &a.sweep {
+        seed(&mut conn, u64::from(*r) * a.sweep_s, &format!("SWEEP_{r}"));
     }
+    seed(&mut conn, a.events, "ORDER_PAID");
     conn.query_drop("ANALYZE TABLE t_event_record").unwrap();
-    println!("seeded {} sent events in {:.1} s", a.events, t.elapsed().as_secs_f64());
+    println!(
+        "seeded {} sent events (and the sweep's) in {:.1} s",
+        a.events,
+        t.elapsed().as_secs_f64()
+    );
 
     let timed = Arc::new(Timed {
         inner: RocketMqPublisher::start(&cfg).expect("publisher (is the broker up? scripts/rocketmq start)"),
@@ -173,22 +264,25 @@ fn run(a: &Args, url: &str) {
         copies: AtomicU64::new(0),
         last_copy_ms: AtomicU64::new(0),
     });
-    let relay = Relay::builder(cfg.clone()).publisher(timed.clone()).start().unwrap();
+    let relay = Arc::new(Relay::builder(cfg.clone()).publisher(timed.clone()).start().unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
-        let (pool, stop, rate) = (pool.clone(), stop.clone(), a.live);
+        let (pool, stop, rate, relay) = (pool.clone(), stop.clone(), a.live, relay.clone());
         std::thread::spawn(move || {
             let mut c = pool.get_conn().unwrap();
             let started = Instant::now();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
+                // As an embedded service writes: in its own transaction, then the relay's commit,
+                // which wakes the relay.
                 let mut tx = c.start_transaction(TxOpts::default()).unwrap();
-                outbox::enqueue_in_tx(
-                    &mut tx,
-                    &NewEvent::new(format!("LIVE-{n}"), "ORDER_CREATED", "{\"order\":2}"),
-                )
-                .unwrap();
-                tx.commit().unwrap();
+                relay
+                    .enqueue_in_tx(
+                        &mut tx,
+                        &NewEvent::new(format!("LIVE-{n}"), "ORDER_CREATED", "{\"order\":2}"),
+                    )
+                    .unwrap();
+                relay.commit(tx).unwrap();
                 n += 1;
                 let due = Duration::from_secs_f64(n as f64 / rate as f64);
                 if let Some(p) = due.checked_sub(started.elapsed()) {
@@ -202,51 +296,27 @@ fn run(a: &Args, url: &str) {
     std::thread::sleep(Duration::from_secs(2));
     let base_from = now_ms();
     std::thread::sleep(Duration::from_secs(a.baseline_s));
-    let base_to = now_ms();
-
-    let p = reemit::preview(&pool, &cfg.table, &cfg.topic, &ReemitFilter::default()).unwrap();
-    assert_eq!(p.matched, a.events);
-    let job = reemit::create(&pool, &p, a.rate, "bench").unwrap();
-    let t = Instant::now();
-    let job_from = now_ms();
-    let (j, end) = reemit::run(
-        &pool,
-        &cfg.table,
-        job.id,
-        "bench-runner",
-        &AtomicBool::new(false),
-        |_| {},
-    )
-    .unwrap();
-    let took = t.elapsed();
-    let job_to = now_ms();
-    assert_eq!((end, j.emitted), (RunEnd::Done, a.events));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while timed.copies.load(Ordering::Relaxed) < a.events && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let written = writer.join().unwrap();
-    relay.stop(Duration::from_secs(10));
-    let copies = timed.copies.load(Ordering::Relaxed);
-    let last_copy = timed.last_copy_ms.load(Ordering::Relaxed);
-    let live = timed.live.lock().clone();
-    let (bn, b50, b99) = window(&live, base_from, base_to);
-    let (rn, r50, r99) = window(&live, job_from, job_to);
+    let (bn, b50, b99) = window(&timed.live.lock(), base_from, now_ms());
     println!(
         "live events alone ({} s, {}/s written): {bn} acknowledged, commit → ack p50 {b50} ms, p99 {b99} ms",
         a.baseline_s, a.live
     );
-    println!(
-        "re-emit of {} at {}/s: done in {:.1} s ({:.0}/s), the relay sent the last copy {} ms after the job ended; \
-         {copies} copies sent; live events meanwhile: {rn} acknowledged, commit → ack p50 {r50} ms, p99 {r99} ms \
-         ({:.2}× the baseline p99); {written} live events written in all",
-        a.events,
-        a.rate,
-        took.as_secs_f64(),
-        a.events as f64 / took.as_secs_f64(),
-        last_copy.saturating_sub(job_to),
-        r99 as f64 / b99.max(1) as f64,
-    );
-    assert_eq!(copies, a.events, "every copy sent within 120 s of the job's end");
+    let run = Run {
+        pool: &pool,
+        cfg: &cfg,
+        timed: &timed,
+        base99: b99,
+        live: a.live,
+    };
+    for r in &a.sweep {
+        job(&run, &format!("SWEEP_{r}"), u64::from(*r) * a.sweep_s, *r);
+    }
+    job(&run, "ORDER_PAID", a.events, a.rate);
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    let Ok(relay) = Arc::try_unwrap(relay) else {
+        panic!("the writer has ended: no other holder of the relay")
+    };
+    relay.stop(Duration::from_secs(10));
+    println!("{written} live events written in all");
 }

@@ -60,7 +60,8 @@ pub struct ReemitFilter {
 }
 
 /// A filter resolved against the table: absolute times (the database's clock) and the ids it
-/// covers, `(first_id, last_id]`: events written after it was resolved are not part of it.
+/// covers, `(first_id, last_id]` (from the first match to the last when it was counted): events
+/// written after it was resolved are not part of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selection {
     pub table: String,
@@ -342,10 +343,20 @@ pub fn preview(pool: &Pool, table: &str, default_topic: &str, filter: &ReemitFil
         first_id,
         last_id,
     };
-    let matched: Option<u64> = c.query_first(format!(
-        "SELECT COUNT(*) FROM {t} WHERE id > {first_id} AND id <= {last_id} AND {}",
-        selection.where_sql()
-    ))?;
+    // The count, and the ids the matches span: a job walks only those.
+    let (matched, lo, hi): (u64, Option<EventId>, Option<EventId>) = c
+        .query_first(format!(
+            "SELECT COUNT(*), MIN(id), MAX(id) FROM {t} WHERE id > {first_id} AND id <= {last_id} AND {}",
+            selection.where_sql()
+        ))?
+        .unwrap_or((0, None, None));
+    let mut selection = selection;
+    if let (Some(lo), Some(hi)) = (lo, hi) {
+        selection.first_id = lo - 1;
+        selection.last_id = hi;
+    } else {
+        selection.first_id = selection.last_id;
+    }
     // The oldest sent row: first in `idx_status_next_retry` (sent rows keep the due time they
     // were sent at).
     let oldest_kept: Option<(EventId, String)> = c.query_first(format!(
@@ -354,7 +365,7 @@ pub fn preview(pool: &Pool, table: &str, default_topic: &str, filter: &ReemitFil
     ))?;
     Ok(Preview {
         selection,
-        matched: matched.unwrap_or(0),
+        matched,
         oldest_kept,
     })
 }
@@ -593,17 +604,9 @@ pub fn run(
         job.position,
         job.selection.describe()
     );
-    let batch = (job.rate as usize / 10).clamp(1, 500);
+    let batch = (job.rate as usize / 50).clamp(1, 200);
     let pace = Pace::new(u64::from(job.rate));
     let mut emitted_here = 0u64;
-    let copy_headers = |jid: u64| {
-        format!(
-            "COALESCE(JSON_SET(COALESCE(NULLIF(headers, ''), '{{}}'), '$.{of}', CAST(id AS CHAR), '$.{jk}', '{jid}'), \
-             JSON_OBJECT('{of}', CAST(id AS CHAR), '{jk}', '{jid}'))",
-            of = wire::REEMIT_OF,
-            jk = wire::REEMIT_JOB,
-        )
-    };
     let end = loop {
         if job.position >= job.selection.last_id {
             let mut tx = c.start_transaction(TxOpts::default())?;
@@ -647,15 +650,7 @@ pub fn run(
         let copied = if ids.is_empty() {
             0
         } else {
-            // Still SUCCESS at the copy (retention may have deleted one since the read).
-            tx.query_iter(format!(
-                "INSERT INTO {t} (biz_no, event_type, payload, topic, tag, headers, status, retry_count, next_retry_time, event_key) \
-                 SELECT biz_no, event_type, payload, topic, tag, {}, 'WAIT', 0, NOW(3), event_key FROM {t} \
-                 WHERE id IN ({}) AND status = 'SUCCESS' ORDER BY id",
-                copy_headers(id),
-                id_list(ids.iter().copied())
-            ))?
-            .affected_rows()
+            copy_rows(&mut tx, &t, id, &ids)?
         };
         let moved = tx
             .query_iter(format!(
@@ -678,6 +673,59 @@ pub fn run(
     let job = job_of_table(pool, &t, id)?;
     log::info!("re-emit {} ({:?})", job.summary(), end);
     Ok((job, end))
+}
+
+/// Copies the rows `ids` of `t` (those still SUCCESS in this transaction's view) as new rows due
+/// now, for job `job`: the same event key, the headers with [`wire::REEMIT_OF`] and
+/// [`wire::REEMIT_JOB`] added. Read, then written as one multi-row INSERT of literals: an
+/// `INSERT … SELECT` would hold the table's AUTO-INC lock for the whole statement
+/// (`innodb_autoinc_lock_mode = 1`, MariaDB's default), making every live INSERT of the order
+/// service wait behind it. Returns the rows written.
+fn copy_rows<Q: Queryable>(q: &mut Q, t: &str, job: u64, ids: &[EventId]) -> Result<u64> {
+    type Row = (
+        EventId,
+        String,
+        String,
+        Vec<u8>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+    let rows: Vec<Row> = q.query(format!(
+        "SELECT id, biz_no, event_type, payload, topic, tag, headers, event_key FROM {t} \
+         WHERE id IN ({}) AND status = 'SUCCESS' ORDER BY id",
+        id_list(ids.iter().copied())
+    ))?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let mut values = String::new();
+    for (id, biz_no, event_type, payload, topic, tag, headers, key) in &rows {
+        let mut h = crate::event::parse_headers(*id, headers.as_deref());
+        h.insert(wire::REEMIT_OF.into(), id.to_string());
+        h.insert(wire::REEMIT_JOB.into(), job.to_string());
+        let h = serde_json::to_string(&h).expect("a string map always serialises");
+        if !values.is_empty() {
+            values.push(',');
+        }
+        let _ = write!(
+            values,
+            "({}, {}, {}, {}, {}, {}, 'WAIT', 0, NOW(3), {})",
+            lit(biz_no),
+            lit(event_type),
+            crate::sql::bytes_lit(payload),
+            opt_lit(topic.as_deref()),
+            opt_lit(tag.as_deref()),
+            lit(&h),
+            opt_lit(key.as_deref())
+        );
+    }
+    Ok(q.query_iter(format!(
+        "INSERT INTO {t} (biz_no, event_type, payload, topic, tag, headers, status, retry_count, next_retry_time, event_key) \
+         VALUES {values}"
+    ))?
+    .affected_rows())
 }
 
 /// What [`forget`] did.
