@@ -146,11 +146,11 @@ mod tests {
     }
 
     #[test]
-    fn the_reserved_names_are_the_relay_s_properties_and_the_broker_s_key_and_tag() {
-        for name in RELAY_PROPERTIES.iter().chain([&KEYS, &TAGS]) {
+    fn the_reserved_names_are_the_relay_s_properties_a_re_emit_s_and_the_broker_s_key_and_tag() {
+        for name in RELAY_PROPERTIES.iter().chain([&REEMIT_OF, &REEMIT_JOB, &KEYS, &TAGS]) {
             assert!(is_reserved(name), "{name}");
         }
-        assert_eq!(RESERVED.len(), RELAY_PROPERTIES.len() + 2);
+        assert_eq!(RESERVED.len(), RELAY_PROPERTIES.len() + 4);
         for free in [TRACEPARENT, TRACESTATE, "traceId", "eventkey"] {
             assert!(!is_reserved(free), "{free}");
         }
