@@ -17,9 +17,9 @@
 //!    p50/p99 over it, and when the relay had sent the last copy.
 //!
 //! `cargo bench --features rocketmq --bench reemit [-- --events N] [--rate R] [--live L]
-//! [--baseline B] [--sweep 1000,5000,10000] [--sweep-seconds S] [--quick]` (defaults 1 000 000,
-//! 2 000, 1 000, 15 s, 1 000/5 000/10 000 for 20 s each; `--quick`: 100 000, 2 000, 1 000, 5 s, no
-//! sweep). Needs MariaDB on 127.0.0.1:3306 (root) and the name server and broker
+//! [--baseline B] [--sweep 2000,5000,10000] [--sweep-seconds S] [--quick]` (defaults 1 000 000,
+//! the library's default rate 1 000, 1 000, 15 s, 2 000/5 000/10 000 for 20 s each; `--quick`:
+//! 100 000, 1 000, 1 000, 5 s, no sweep). Needs MariaDB on 127.0.0.1:3306 (root) and the name server and broker
 //! (`scripts/rocketmq start`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,10 +48,10 @@ struct Args {
 fn args() -> Args {
     let mut a = Args {
         events: 1_000_000,
-        rate: 2_000,
+        rate: reemit::DEFAULT_RATE,
         live: 1_000,
         baseline_s: 15,
-        sweep: vec![1_000, 5_000, 10_000],
+        sweep: vec![2_000, 5_000, 10_000],
         sweep_s: 20,
     };
     let mut it = std::env::args().skip(1);
@@ -91,13 +91,24 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
-/// The RocketMQ publisher, noting each live event's latency (ack − written) and counting copies.
+/// The RocketMQ publisher, noting each live event's latency (ack − written) and counting copies:
+/// every send, and the distinct (job, original) pairs, so a copy sent twice shows.
 struct Timed {
     inner: RocketMqPublisher,
     /// (acked ms, latency ms) per live event.
     live: Mutex<Vec<(u64, i64)>>,
+    /// Live events sent more than once.
+    live_seen: Mutex<std::collections::HashSet<String>>,
+    live_dups: AtomicU64,
     copies: AtomicU64,
+    distinct: Mutex<std::collections::HashSet<(String, String)>>,
     last_copy_ms: AtomicU64,
+}
+
+impl Timed {
+    fn distinct_copies(&self) -> u64 {
+        self.distinct.lock().len() as u64
+    }
 }
 
 impl Publisher for Timed {
@@ -108,11 +119,17 @@ impl Publisher for Timed {
             if !matches!(o, SendOutcome::Sent { .. }) {
                 continue;
             }
-            if e.headers.contains_key(outbox::wire::REEMIT_OF) {
+            if let Some(of) = e.headers.get(outbox::wire::REEMIT_OF) {
                 self.copies.fetch_add(1, Ordering::Relaxed);
+                let job = e.headers.get(outbox::wire::REEMIT_JOB).cloned().unwrap_or_default();
+                self.distinct.lock().insert((job, of.clone()));
                 self.last_copy_ms.store(at, Ordering::Relaxed);
             } else if e.biz_no.starts_with("LIVE-") {
-                self.live.lock().push((at, at as i64 - e.created_ms as i64));
+                if self.live_seen.lock().insert(e.biz_no.clone()) {
+                    self.live.lock().push((at, at as i64 - e.created_ms as i64));
+                } else {
+                    self.live_dups.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         out
@@ -207,7 +224,7 @@ fn job(r: &Run<'_>, event_type: &str, n: u64, rate: u32) {
     };
     let p = reemit::preview(pool, &cfg.table, &cfg.topic, &filter).unwrap();
     assert_eq!(p.matched, n);
-    let before = timed.copies.load(Ordering::Relaxed);
+    let before = timed.distinct_copies();
     let job = reemit::create(pool, &p, rate, "bench").unwrap();
     let t = Instant::now();
     let from = now_ms();
@@ -224,13 +241,13 @@ fn job(r: &Run<'_>, event_type: &str, n: u64, rate: u32) {
     let to = now_ms();
     assert_eq!((end, j.emitted), (RunEnd::Done, n));
     let deadline = Instant::now() + Duration::from_secs(120);
-    while timed.copies.load(Ordering::Relaxed) < before + n && Instant::now() < deadline {
+    while timed.distinct_copies() < before + n && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let copies = timed.copies.load(Ordering::Relaxed) - before;
+    let copies = timed.distinct_copies() - before;
     let (rn, r50, r99) = window(&timed.live.lock(), from, to);
     println!(
-        "re-emit of {n} at {rate}/s: done in {:.1} s ({:.0}/s), last copy sent {} ms after the job ended, {copies} copies sent; \
+        "re-emit of {n} at {rate}/s: done in {:.1} s ({:.0}/s), last copy sent {} ms after the job ended, {copies} distinct copies sent; \
          live events meanwhile ({live}/s written): {rn} acknowledged, commit → ack p50 {r50} ms, p99 {r99} ms ({:.2}× the baseline p99)",
         took.as_secs_f64(),
         n as f64 / took.as_secs_f64(),
@@ -261,7 +278,10 @@ fn run(a: &Args, url: &str) {
     let timed = Arc::new(Timed {
         inner: RocketMqPublisher::start(&cfg).expect("publisher (is the broker up? scripts/rocketmq start)"),
         live: Mutex::new(Vec::new()),
+        live_seen: Mutex::new(Default::default()),
+        live_dups: AtomicU64::new(0),
         copies: AtomicU64::new(0),
+        distinct: Mutex::new(Default::default()),
         last_copy_ms: AtomicU64::new(0),
     });
     let relay = Arc::new(Relay::builder(cfg.clone()).publisher(timed.clone()).start().unwrap());
@@ -318,5 +338,17 @@ fn run(a: &Args, url: &str) {
         panic!("the writer has ended: no other holder of the relay")
     };
     relay.stop(Duration::from_secs(10));
-    println!("{written} live events written in all");
+    let st = relay.stats();
+    let copy_dups = timed.copies.load(Ordering::Relaxed) - timed.distinct_copies();
+    let live_dups = timed.live_dups.load(Ordering::Relaxed);
+    let explained = st.retried + st.possible_duplicates + st.reclaimed + st.stale_acks;
+    println!(
+        "{written} live events written in all; sent twice: {copy_dups} copies, {live_dups} live events; \
+         the relay counted {} retried, {} possible duplicates (unknown outcomes), {} reclaimed, {} stale acks",
+        st.retried, st.possible_duplicates, st.reclaimed, st.stale_acks
+    );
+    assert!(
+        copy_dups + live_dups <= explained,
+        "every duplicate is explained by a counted retry, unknown outcome or reclaim"
+    );
 }
