@@ -655,10 +655,13 @@ pub fn run(
         let moved = tx
             .query_iter(format!(
                 "UPDATE outbox_reemit SET position = {reached}, emitted = emitted + {copied}, heartbeat = NOW(3) \
-                 WHERE id = {id} AND runner = {} AND state = 'RUNNING'",
-                lit(runner)
+                 WHERE id = {id} AND runner = {} AND state = 'RUNNING' AND position = {}",
+                lit(runner),
+                job.position
             ))?
             .affected_rows();
+        // Only from the position this run read: two runs under one name (a resume sent twice)
+        // cannot both copy the same batch.
         if moved == 0 {
             tx.rollback()?;
             break RunEnd::TakenAway;

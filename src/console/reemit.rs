@@ -191,8 +191,11 @@ fn spawn(c: &Console, id: u64, runner: String) -> Result<(), Failure> {
         })
 }
 
+/// A name of its own for each run the console starts: `console@<service>:<pid>#<n>`.
 fn runner_name(c: &Console) -> String {
-    format!("console@{}:{}", c.config.service_name, std::process::id())
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    format!("console@{}:{}#{n}", c.config.service_name, std::process::id())
 }
 
 /// `POST /re-emit/start`: counts the filter again, creates the job (audited) and runs it here.

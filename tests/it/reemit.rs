@@ -499,3 +499,37 @@ fn an_inbox_takes_a_re_emit_for_a_duplicate_until_the_group_forgets_the_events()
     assert_eq!(audited.len(), 1, "the forget is audited, the dry run is not");
     assert!(second > first);
 }
+
+#[test]
+fn two_runs_of_one_job_under_one_name_copy_each_event_once() {
+    // A resume sent twice (a double click) starts two runs that share a runner's name: each
+    // batch moves the job on only from the position its run read, so no batch is copied twice.
+    let db = TestDb::new("reemit_twice");
+    let ids = sent(&db, 2000, 20);
+    let p = reemit::preview(&db.pool, "t_event_record", "ORDER_EVENT_TOPIC", &filter()).unwrap();
+    let job = reemit::create(&db.pool, &p, 5_000, "tester").unwrap();
+    let ends: Vec<RunEnd> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    reemit::run(
+                        &db.pool,
+                        "t_event_record",
+                        job.id,
+                        "same-runner",
+                        &AtomicBool::new(false),
+                        |_| {},
+                    )
+                    .map(|(_, end)| end)
+                })
+            })
+            .collect();
+        runs.into_iter().filter_map(|h| h.join().unwrap().ok()).collect()
+    });
+    assert!(ends.contains(&RunEnd::Done), "{ends:?}");
+    let c = copies(&db);
+    assert_eq!(c.len(), ids.len());
+    assert!(c.values().all(|(n, _)| *n == 1), "an event copied twice");
+    let j = reemit::job(&db.pool, job.id).unwrap().unwrap();
+    assert_eq!((j.state, j.emitted), (JobState::Done, 2000));
+}
