@@ -497,7 +497,7 @@ pub fn jobs(pool: &Pool, table: &str, limit: usize) -> Result<Vec<Job>> {
 }
 
 /// The job `id` of `table`, or an error naming it.
-fn job_of_table(pool: &Pool, table: &str, id: u64) -> Result<Job> {
+pub fn job_in(pool: &Pool, table: &str, id: u64) -> Result<Job> {
     match job(pool, id)? {
         Some(j) if j.selection.table == table => Ok(j),
         _ => Err(invalid(
@@ -512,7 +512,7 @@ fn job_of_table(pool: &Pool, table: &str, id: u64) -> Result<Job> {
 pub fn stop(pool: &Pool, table: &str, id: u64, actor: &str) -> Result<Job> {
     check_actor(actor)?;
     let t = table_name("table", table)?;
-    job_of_table(pool, &t, id)?;
+    job_in(pool, &t, id)?;
     let mut c = pool.get_conn()?;
     let mut tx = c.start_transaction(TxOpts::default())?;
     let n = tx
@@ -530,7 +530,7 @@ pub fn stop(pool: &Pool, table: &str, id: u64, actor: &str) -> Result<Job> {
         )?;
     }
     tx.commit()?;
-    job_of_table(pool, &t, id)
+    job_in(pool, &t, id)
 }
 
 /// How a [`run`] ended.
@@ -544,19 +544,12 @@ pub enum RunEnd {
     TakenAway,
 }
 
-/// Runs job `id` of `table` as `runner` until it is done, `stop` is set or the job is stopped
-/// from elsewhere: batches of copies, each in one transaction with the job's new position, at
-/// the job's rate. Takes the job if it is STOPPED, or RUNNING without a heartbeat for
-/// [`STALE_AFTER`] (a runner that died), or already this runner's; a job another live runner
-/// holds, or one that is done, is an error saying so. `progress` sees the job after each batch.
-pub fn run(
-    pool: &Pool,
-    table: &str,
-    id: u64,
-    runner: &str,
-    stop: &AtomicBool,
-    mut progress: impl FnMut(&Job),
-) -> Result<(Job, RunEnd)> {
+/// Takes job `id` of `table` for `runner` (audited `reemit-run`): a STOPPED job, a RUNNING one
+/// whose runner has written no heartbeat for [`STALE_AFTER`] (it died), or one already this
+/// runner's. A job another live runner holds, or one that is done, is an error saying so. What
+/// [`run`] does first; a host that runs the job on another thread takes it here first, so the
+/// refusal reaches its caller.
+pub fn take(pool: &Pool, table: &str, id: u64, runner: &str) -> Result<Job> {
     let t = table_name("table", table)?;
     check_actor(runner)?;
     let mut c = pool.get_conn()?;
@@ -571,7 +564,7 @@ pub fn run(
         ))
         .map_err(missing_table)?
         .affected_rows();
-    let mut job = job_of_table(pool, &t, id)?;
+    let job = job_in(pool, &t, id)?;
     if taken == 0 {
         return Err(match job.state {
             JobState::Done => invalid(
@@ -589,60 +582,94 @@ pub fn run(
             ),
         });
     }
-    {
-        let detail = format!(
-            "re-emit job {id} run by {runner} from id {} ({} of {} emitted)",
-            job.position, job.emitted, job.matched
-        );
-        let mut tx = c.start_transaction(TxOpts::default())?;
-        audit(&mut tx, &t, "reemit-run", runner, &[(0, Some(detail))])?;
-        tx.commit()?;
-    }
+    let detail = format!(
+        "re-emit job {id} run by {runner} from id {} ({} of {} emitted)",
+        job.position, job.emitted, job.matched
+    );
+    let mut tx = c.start_transaction(TxOpts::default())?;
+    audit(&mut tx, &t, "reemit-run", runner, &[(0, Some(detail))])?;
+    tx.commit()?;
     log::info!(
         "re-emit {}: running from id {} ({})",
         job.summary(),
         job.position,
         job.selection.describe()
     );
+    Ok(job)
+}
+
+/// Lets go of job `id` as `runner`, leaving it in `to` (DONE or STOPPED), audited as `action`
+/// with `detail`, if the runner still holds it. Whether it did.
+fn release(
+    c: &mut mysql::PooledConn,
+    t: &str,
+    id: u64,
+    runner: &str,
+    to: JobState,
+    action: &str,
+    detail: String,
+) -> Result<bool> {
+    let mut tx = c.start_transaction(TxOpts::default())?;
+    let n = tx
+        .query_iter(format!(
+            "UPDATE outbox_reemit SET state = '{}', runner = NULL WHERE id = {id} AND runner = {} AND state = 'RUNNING'",
+            to.sql(),
+            lit(runner)
+        ))?
+        .affected_rows();
+    if n > 0 {
+        audit(&mut tx, t, action, runner, &[(0, Some(detail))])?;
+    }
+    tx.commit()?;
+    Ok(n > 0)
+}
+
+/// Runs job `id` of `table` as `runner` until it is done, `stop` is set or the job is stopped
+/// from elsewhere: batches of copies, each in one transaction with the job's new position, at
+/// the job's rate. Takes the job first ([`take`], whose refusals it returns). `progress` sees the
+/// job after each batch.
+pub fn run(
+    pool: &Pool,
+    table: &str,
+    id: u64,
+    runner: &str,
+    stop: &AtomicBool,
+    progress: impl FnMut(&Job),
+) -> Result<(Job, RunEnd)> {
+    let job = take(pool, table, id, runner)?;
+    run_taken(pool, job, runner, stop, progress)
+}
+
+/// [`run`] for a job `runner` has already taken ([`take`]).
+pub fn run_taken(
+    pool: &Pool,
+    mut job: Job,
+    runner: &str,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(&Job),
+) -> Result<(Job, RunEnd)> {
+    let (t, id) = (table_name("table", &job.selection.table)?, job.id);
+    let mut c = pool.get_conn()?;
     let batch = (job.rate as usize / 50).clamp(1, 200);
     let pace = Pace::new(u64::from(job.rate));
     let mut emitted_here = 0u64;
     let end = loop {
         if job.position >= job.selection.last_id {
-            let mut tx = c.start_transaction(TxOpts::default())?;
-            let n = tx
-                .query_iter(format!(
-                    "UPDATE outbox_reemit SET state = 'DONE', runner = NULL WHERE id = {id} AND runner = {} AND state = 'RUNNING'",
-                    lit(runner)
-                ))?
-                .affected_rows();
-            if n == 0 {
-                break RunEnd::TakenAway;
-            }
             let detail = format!(
                 "re-emit job {id} done: {} of {} events emitted",
                 job.emitted, job.matched
             );
-            audit(&mut tx, &t, "reemit-done", runner, &[(0, Some(detail))])?;
-            tx.commit()?;
-            break RunEnd::Done;
+            break match release(&mut c, &t, id, runner, JobState::Done, "reemit-done", detail)? {
+                true => RunEnd::Done,
+                false => RunEnd::TakenAway,
+            };
         }
         if stop.load(Ordering::Relaxed) {
-            let mut tx = c.start_transaction(TxOpts::default())?;
-            let n = tx
-                .query_iter(format!(
-                    "UPDATE outbox_reemit SET state = 'STOPPED', runner = NULL WHERE id = {id} AND runner = {} AND state = 'RUNNING'",
-                    lit(runner)
-                ))?
-                .affected_rows();
-            if n > 0 {
-                let detail = format!(
-                    "re-emit job {id} stopped at id {}: {} emitted",
-                    job.position, job.emitted
-                );
-                audit(&mut tx, &t, "reemit-stop", runner, &[(0, Some(detail))])?;
-            }
-            tx.commit()?;
+            let detail = format!(
+                "re-emit job {id} stopped at id {}: {} emitted",
+                job.position, job.emitted
+            );
+            release(&mut c, &t, id, runner, JobState::Stopped, "reemit-stop", detail)?;
             break RunEnd::Stopped;
         }
         let mut tx = c.start_transaction(TxOpts::default())?;
@@ -673,7 +700,7 @@ pub fn run(
         progress(&job);
         pace.wait(emitted_here);
     };
-    let job = job_of_table(pool, &t, id)?;
+    let job = job_in(pool, &t, id)?;
     log::info!("re-emit {} ({:?})", job.summary(), end);
     Ok((job, end))
 }
@@ -758,7 +785,8 @@ pub fn forget(
     mut progress: impl FnMut(u64, u64),
 ) -> Result<ForgetReport> {
     check_actor(actor)?;
-    crate::inbox::forget_keys(&mut inbox.get_conn()?, inbox_table, group, &[], true)?;
+    table_name("inbox.table", inbox_table)?;
+    crate::inbox::check_group(group)?;
     let t = table_name("table", &selection.table)?;
     let sel = selection;
     let mut oc = outbox.get_conn()?;

@@ -171,14 +171,16 @@ pub(super) fn page(c: &Console, viewer: &Viewer, req: &Request) -> Page {
     page_with(c, viewer, &p, "")
 }
 
-/// Runs job `id` in a thread of this process until it is done or stopped.
-fn spawn(c: &Console, id: u64, runner: String) -> Result<(), Failure> {
+/// Takes job `id` for a run of this process (a refusal is a 400 naming the job), then runs it
+/// on a thread of its own until it is done or stopped.
+fn spawn(c: &Console, id: u64) -> Result<(), Failure> {
+    let runner = runner_name(c);
+    let job = reemit::take(&c.pool, &c.config.table, id, &runner).map_err(bad)?;
     let pool = c.pool.clone();
-    let table = c.config.table.clone();
     std::thread::Builder::new()
         .name(format!("outbox-reemit-{id}"))
         .spawn(move || {
-            if let Err(e) = reemit::run(&pool, &table, id, &runner, &AtomicBool::new(false), |_| {}) {
+            if let Err(e) = reemit::run_taken(&pool, job, &runner, &AtomicBool::new(false), |_| {}) {
                 log::warn!("re-emit job {id}: stopped by an error: {e}; resume it from the console or `outboxd events re-emit --resume {id}`");
             }
         })
@@ -211,7 +213,7 @@ pub(super) fn start(c: &Console, viewer: &Viewer, req: &Request) -> Page {
     let filter = filter_of(&form)?;
     let preview = reemit::preview(&c.pool, &c.config.table, &c.config.topic, &filter).map_err(bad)?;
     let job = reemit::create(&c.pool, &preview, rate, &viewer.actor(&req.remote)).map_err(bad)?;
-    spawn(c, job.id, runner_name(c))?;
+    spawn(c, job.id)?;
     let mut back = Params::default();
     for f in FILTER_FIELDS {
         if let Some(v) = form.get(f) {
@@ -257,29 +259,7 @@ pub(super) fn act(c: &Console, viewer: &Viewer, req: &Request, rest: &str) -> Pa
             )
         }
         "resume" => {
-            // Take it here and now, so a job another live runner holds is refused on this page.
-            let runner = runner_name(c);
-            let stale = reemit::STALE_AFTER.as_millis() as u64;
-            match reemit::job(&c.pool, id).map_err(bad)? {
-                Some(j) if j.selection.table != c.config.table => {
-                    return Err(BadParam::new("job", format!("{id} is not a re-emit job of {}", c.config.table)).into())
-                }
-                None => {
-                    return Err(BadParam::new("job", format!("{id} is not a re-emit job of {}", c.config.table)).into())
-                }
-                Some(j) if j.state == JobState::Done => {
-                    return Err(BadParam::new("job", format!("{id} is done: nothing to resume")).into())
-                }
-                Some(j) if j.state == JobState::Running && j.heartbeat_age_ms.unwrap_or(0) < stale => {
-                    return Err(BadParam::new(
-                        "job",
-                        format!("{id} is being run by {}", j.runner.as_deref().unwrap_or("?")),
-                    )
-                    .into())
-                }
-                Some(_) => {}
-            }
-            spawn(c, id, runner)?;
+            spawn(c, id)?;
             format!("Job {id} resumed.")
         }
         other => {

@@ -43,10 +43,17 @@ fn filter() -> ReemitFilter {
     ReemitFilter::default()
 }
 
+fn preview(db: &TestDb, f: &ReemitFilter) -> reemit::Preview {
+    reemit::preview(&db.pool, "t_event_record", "ORDER_EVENT_TOPIC", f).unwrap()
+}
+
 fn matched(db: &TestDb, f: &ReemitFilter) -> u64 {
-    reemit::preview(&db.pool, "t_event_record", "ORDER_EVENT_TOPIC", f)
-        .unwrap()
-        .matched
+    preview(db, f).matched
+}
+
+/// Runs job `id` of the test table as `runner` to its end (no stop flag, no progress).
+fn run_to_end(db: &TestDb, id: u64, runner: &str) -> outbox::Result<(reemit::Job, RunEnd)> {
+    reemit::run(&db.pool, "t_event_record", id, runner, &AtomicBool::new(false), |_| {})
 }
 
 /// Copies in the table: original id → (copies, all keys equal to the original's).
@@ -120,29 +127,15 @@ fn each_filter_selects_its_sent_events_and_the_copies_keep_the_key_and_say_they_
         since: Some(TimeBound::Ago(Duration::from_secs(86_400))),
         ..filter()
     };
-    let p = reemit::preview(&db.pool, "t_event_record", "ORDER_EVENT_TOPIC", &combined).unwrap();
+    let p = preview(&db, &combined);
     // B-2 is i = 2, 6, 10, ... (all T0); i < 10 were written two days ago: 10, 14, ..., 38.
     assert_eq!(p.matched, 8);
     assert_eq!(p.oldest_kept.as_ref().map(|k| k.0), Some(ids[0]));
 
     // Re-emit type T1, then send the copies with a relay.
-    let job = reemit::create(
-        &db.pool,
-        &reemit::preview(&db.pool, "t_event_record", "ORDER_EVENT_TOPIC", &by_type).unwrap(),
-        1000,
-        "tester",
-    )
-    .unwrap();
+    let job = reemit::create(&db.pool, &preview(&db, &by_type), 1000, "tester").unwrap();
     assert_eq!((job.state, job.matched, job.emitted), (JobState::Stopped, 20, 0));
-    let (job, end) = reemit::run(
-        &db.pool,
-        "t_event_record",
-        job.id,
-        "runner-1",
-        &AtomicBool::new(false),
-        |_| {},
-    )
-    .unwrap();
+    let (job, end) = run_to_end(&db, job.id, "runner-1").unwrap();
     assert_eq!((end, job.state, job.emitted), (RunEnd::Done, JobState::Done, 20));
     let c = copies(&db);
     assert_eq!(c.len(), 20);
@@ -192,7 +185,7 @@ fn each_filter_selects_its_sent_events_and_the_copies_keep_the_key_and_say_they_
 fn a_job_stopped_in_the_middle_resumes_where_it_stopped_and_copies_each_event_once() {
     let db = TestDb::new("reemit_resume");
     let ids = sent(&db, 3000, 50);
-    let p = reemit::preview(&db.pool, "t_event_record", "ORDER_EVENT_TOPIC", &filter()).unwrap();
+    let p = preview(&db, &filter());
     let job = reemit::create(&db.pool, &p, 20_000, "tester").unwrap();
     // Stopped by its runner's flag once 1000 are out (a signal in `outboxd`).
     let stop = AtomicBool::new(false);
@@ -240,15 +233,7 @@ fn a_job_stopped_in_the_middle_resumes_where_it_stopped_and_copies_each_event_on
             job.id
         ))
         .unwrap();
-    let err = reemit::run(
-        &db.pool,
-        "t_event_record",
-        job.id,
-        "runner-c",
-        &AtomicBool::new(false),
-        |_| {},
-    )
-    .unwrap_err();
+    let err = run_to_end(&db, job.id, "runner-c").unwrap_err();
     assert!(err.to_string().contains("is being run by dead-runner"), "{err}");
     db.conn()
         .query_drop(format!(
@@ -256,28 +241,12 @@ fn a_job_stopped_in_the_middle_resumes_where_it_stopped_and_copies_each_event_on
             job.id
         ))
         .unwrap();
-    let (j, end) = reemit::run(
-        &db.pool,
-        "t_event_record",
-        job.id,
-        "runner-c",
-        &AtomicBool::new(false),
-        |_| {},
-    )
-    .unwrap();
+    let (j, end) = run_to_end(&db, job.id, "runner-c").unwrap();
     assert_eq!((end, j.state, j.emitted), (RunEnd::Done, JobState::Done, 3000));
     let c = copies(&db);
     assert_eq!(c.len(), ids.len(), "every event re-emitted");
     assert!(c.values().all(|(n, same)| *n == 1 && *same), "none twice");
-    let err = reemit::run(
-        &db.pool,
-        "t_event_record",
-        job.id,
-        "runner-d",
-        &AtomicBool::new(false),
-        |_| {},
-    )
-    .unwrap_err();
+    let err = run_to_end(&db, job.id, "runner-d").unwrap_err();
     assert!(err.to_string().contains("is done: it emitted 3000 of 3000"), "{err}");
 }
 
@@ -285,10 +254,10 @@ fn a_job_stopped_in_the_middle_resumes_where_it_stopped_and_copies_each_event_on
 fn a_job_keeps_to_its_rate() {
     let db = TestDb::new("reemit_rate");
     sent(&db, 600, 10);
-    let p = reemit::preview(&db.pool, "t_event_record", "ORDER_EVENT_TOPIC", &filter()).unwrap();
+    let p = preview(&db, &filter());
     let job = reemit::create(&db.pool, &p, 1000, "tester").unwrap();
     let started = std::time::Instant::now();
-    let (j, _) = reemit::run(&db.pool, "t_event_record", job.id, "r", &AtomicBool::new(false), |_| {}).unwrap();
+    let (j, _) = run_to_end(&db, job.id, "r").unwrap();
     assert_eq!(j.emitted, 600);
     // 600 events at 1000/s: the last batch of 100 may leave at once, the ones before it not
     // before their time.
@@ -324,14 +293,12 @@ fn bad_input_is_refused_naming_the_value_and_changes_nothing() {
         ..filter()
     });
     assert!(e.contains("event_type"), "{e}");
-    let p = reemit::preview(&db.pool, "t_event_record", "ORDER_EVENT_TOPIC", &filter()).unwrap();
+    let p = preview(&db, &filter());
     for rate in [0, reemit::MAX_RATE + 1] {
         let e = reemit::create(&db.pool, &p, rate, "tester").unwrap_err().to_string();
         assert!(e.contains("rate") && e.contains(&rate.to_string()), "{e}");
     }
-    let e = reemit::run(&db.pool, "t_event_record", 4242, "r", &AtomicBool::new(false), |_| {})
-        .unwrap_err()
-        .to_string();
+    let e = run_to_end(&db, 4242, "r").unwrap_err().to_string();
     assert!(e.contains("4242 is not a re-emit job of t_event_record"), "{e}");
     let e = reemit::stop(&db.pool, "t_event_record", 4242, "r")
         .unwrap_err()
@@ -425,15 +392,7 @@ fn an_inbox_takes_a_re_emit_for_a_duplicate_until_the_group_forgets_the_events()
         let p = reemit::preview(&db.pool, "t_event_record", &topic, &filter()).unwrap();
         assert_eq!(p.matched, n, "the originals, never the copies");
         let job = reemit::create(&db.pool, &p, 1000, "tester").unwrap();
-        let (j, end) = reemit::run(
-            &db.pool,
-            "t_event_record",
-            job.id,
-            "runner",
-            &AtomicBool::new(false),
-            |_| {},
-        )
-        .unwrap();
+        let (j, end) = run_to_end(&db, job.id, "runner").unwrap();
         assert_eq!((end, j.emitted), (RunEnd::Done, n));
         job.id
     };
@@ -506,23 +465,11 @@ fn two_runs_of_one_job_under_one_name_copy_each_event_once() {
     // batch moves the job on only from the position its run read, so no batch is copied twice.
     let db = TestDb::new("reemit_twice");
     let ids = sent(&db, 2000, 20);
-    let p = reemit::preview(&db.pool, "t_event_record", "ORDER_EVENT_TOPIC", &filter()).unwrap();
+    let p = preview(&db, &filter());
     let job = reemit::create(&db.pool, &p, 5_000, "tester").unwrap();
     let ends: Vec<RunEnd> = std::thread::scope(|s| {
         let runs: Vec<_> = (0..2)
-            .map(|_| {
-                s.spawn(|| {
-                    reemit::run(
-                        &db.pool,
-                        "t_event_record",
-                        job.id,
-                        "same-runner",
-                        &AtomicBool::new(false),
-                        |_| {},
-                    )
-                    .map(|(_, end)| end)
-                })
-            })
+            .map(|_| s.spawn(|| run_to_end(&db, job.id, "same-runner").map(|(_, end)| end)))
             .collect();
         runs.into_iter().filter_map(|h| h.join().unwrap().ok()).collect()
     });

@@ -238,15 +238,7 @@ pub fn forget_cmd(config: &Config, args: ForgetArgs) -> outbox::Result<()> {
         None => pool.clone(),
     };
     let selection = match args.job {
-        Some(id) => match reemit::job(&pool, id)? {
-            Some(j) if j.selection.table == config.table => j.selection,
-            _ => {
-                return Err(outbox::Error::InvalidEvent {
-                    field: "job",
-                    reason: format!("{id} is not a re-emit job of {}", config.table),
-                })
-            }
-        },
+        Some(id) => reemit::job_in(&pool, &config.table, id)?.selection,
         None => reemit::preview(&pool, &config.table, &config.topic, &args.filter.to_filter())?.selection,
     };
     let actor = args.actor.clone().unwrap_or_else(default_actor);
