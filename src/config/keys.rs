@@ -82,6 +82,7 @@ impl Setting {
         match self.redaction {
             Redaction::Hidden if !value.is_empty() => "***".into(),
             Redaction::UrlPassword => redact_url(value),
+            Redaction::UrlListPasswords => super::shards::redact_shards(value),
             _ => value.to_string(),
         }
     }

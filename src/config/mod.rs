@@ -14,6 +14,7 @@ mod otel;
 mod parse;
 mod reference;
 mod settings;
+mod shards;
 mod typed;
 
 pub use console::{ConsoleConfig, DEFAULT_CONSOLE_LISTEN, MIN_TOKEN_CHARS};
@@ -27,4 +28,5 @@ pub use otel::{OtelConfig, DEFAULT_OTEL_SERVICE_NAME};
 pub use parse::redact_url;
 pub(crate) use parse::table_name;
 pub use reference::{example_toml, reference_table};
+pub use shards::{expand_shards, redact_shards, ShardSpec, MAX_SHARDS};
 pub use typed::*;

@@ -12,7 +12,7 @@ use super::consumer::{StartFrom, DEFAULT_DEAD_LETTER_TABLE, DEFAULT_INBOX_TABLE,
 use super::keys::{settings, Reader, Setting};
 use super::kinds::{
     parse, redaction_of, AnyCase, Bool, Choice, DbUrl, Fraction, InboxRetention, Int, Kind, Listen, Millis, Name,
-    Namesrv, OptMillis, Optional, OtlpEndpoint, RouteKind, Secret, TableName, Text, Token, Topic,
+    Namesrv, OptMillis, Optional, OtlpEndpoint, RouteKind, Secret, ShardList, TableName, Text, Token, Topic,
 };
 use super::otel::DEFAULT_OTEL_SERVICE_NAME;
 use super::typed::{
@@ -39,6 +39,27 @@ settings! {
         example: "mysql://root@127.0.0.1:3306/test",
         read_by: All,
         doc: "MySQL/MariaDB URL, mysql://user:pass@host:port/db (required)",
+    }
+    "shards" {
+        field: shards,
+        kind: Optional(ShardList),
+        default: "",
+        read_by: Relay,
+        doc: "databases one relay serves instead of db.url, a relay per shard (docs/fleet.md): URLs separated by spaces or commas, {0..63} for a range, #table after a URL whose table is not `table`; outboxd re-reads it on SIGHUP",
+    }
+    "shard.workers" {
+        field: shard_workers,
+        kind: Int(1, 256),
+        default: "1",
+        read_by: Relay,
+        doc: "sender threads of each shard's relay when `shards` is set (in place of workers)",
+    }
+    "shard.db.pool.max" {
+        field: shard_db_pool_max,
+        kind: Int(1, 1024),
+        default: "2",
+        read_by: Relay,
+        doc: "connections of each shard's pool when `shards` is set (in place of db.pool.max); a shard opens at most this plus shard.workers + 1 for its held rounds",
     }
     "startup.db.wait.ms" {
         field: startup_db_wait,

@@ -152,6 +152,11 @@ pub struct Config {
     pub profile: Profile,
     /// `mysql://user:pass@host:port/db`. Required.
     pub db_url: String,
+    /// `shards`: the databases a fleet serves instead of `db_url` (`None`: one database).
+    pub shards: Option<String>,
+    /// `shard.workers`, `shard.db.pool.max`: each shard relay's senders and pool.
+    pub shard_workers: usize,
+    pub shard_db_pool_max: usize,
     /// How long `outboxd run` keeps retrying a database it cannot reach at start (0 = fail at once).
     pub startup_db_wait: Duration,
     /// Largest number of connections the relay opens.
@@ -277,6 +282,9 @@ impl Config {
         Config {
             profile: Profile::Default,
             db_url: String::new(),
+            shards: None,
+            shard_workers: 0,
+            shard_db_pool_max: 0,
             startup_db_wait: Duration::ZERO,
             db_pool_max: 0,
             table: String::new(),
@@ -367,6 +375,27 @@ impl Config {
         self.service_name.chars().count() + 1 + port + 1 + 6
     }
 
+    /// The databases of `shards`, each with `table` where its entry names no table of its own
+    /// (none when `shards` is unset: the relay serves `db_url`).
+    pub fn shard_specs(&self) -> Result<Vec<super::shards::ShardSpec>, ConfigError> {
+        match &self.shards {
+            None => Ok(Vec::new()),
+            Some(list) => super::shards::expand_shards("shards", list, &self.table),
+        }
+    }
+
+    /// The configuration of one shard's relay: this one with the shard's URL and table,
+    /// `shard.workers` senders and a pool of `shard.db.pool.max`, and no `shards` of its own.
+    pub fn for_shard(&self, shard: &super::shards::ShardSpec) -> Config {
+        let mut c = self.clone();
+        c.db_url = shard.url.clone();
+        c.table = shard.table.clone();
+        c.workers = self.shard_workers;
+        c.db_pool_max = self.shard_db_pool_max;
+        c.shards = None;
+        c
+    }
+
     /// Checks the values against each other. The relay calls it at start.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self.problems().into_iter().next() {
@@ -379,8 +408,8 @@ impl Config {
     /// reports them together).
     pub fn problems(&self) -> Vec<ConfigError> {
         let mut out = Vec::new();
-        if self.db_url.trim().is_empty() {
-            out.push(ConfigError::invalid("db.url", "", "is required"));
+        if self.db_url.trim().is_empty() && self.shards.is_none() {
+            out.push(ConfigError::invalid("db.url", "", "is required (or shards)"));
         }
         // The fields are public: check what goes into SQL text even when it was not set by `set`.
         if let Err(e) = table_name("table", &self.table) {

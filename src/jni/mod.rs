@@ -129,7 +129,7 @@ jni_entry! {
             .flat_map(|k| {
                 let redaction = match k.redaction {
                     Redaction::Hidden => "secret",
-                    Redaction::UrlPassword => "url",
+                    Redaction::UrlPassword | Redaction::UrlListPasswords => "url",
                     Redaction::Shown => "",
                 };
                 [k.key, k.doc, redaction]

@@ -158,6 +158,14 @@ impl Relay {
         pool: Option<Pool>,
     ) -> Result<Relay> {
         config.validate()?;
+        if let Some(list) = &config.shards {
+            return Err(crate::error::ConfigError::invalid(
+                "shards",
+                crate::config::redact_shards(list),
+                "is served by a fleet (`outboxd run`, or outbox::Fleet in Rust): a relay serves one database, db.url",
+            )
+            .into());
+        }
         let pool = match pool {
             Some(p) => p,
             None => connect(&config)?,

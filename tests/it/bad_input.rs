@@ -33,6 +33,19 @@ const BAD_VALUES: &[(&str, &[&str])] = &[
     ("startup.db.wait.ms", &["-1", "86400001", "5m", "soon"]),
     ("db.pool.max", &["0", "-1", "1025", "many", "1.5"]),
     (
+        "shards",
+        &[
+            "mysql://u@h/o_{3..1}",
+            "mysql://u@h/o_{a..b}",
+            "mysql://u@h/",
+            "mysql://u@h/a#no-such-table!",
+            "http://h/a",
+            "mysql://u@h/a mysql://u@h/a",
+        ],
+    ),
+    ("shard.workers", &["0", "257", "one"]),
+    ("shard.db.pool.max", &["0", "1025", "two"]),
+    (
         "table",
         &[
             "",

@@ -1063,10 +1063,34 @@ fn the_shipped_alerts_and_dashboard_name_only_metrics_of_a_live_scrape() {
     );
     let (code, relay_scrape) = http_get(port, "/metrics").unwrap();
     assert_eq!(code, 200);
+    // The same table as a fleet of one shard, for the series only a fleet has.
+    let fleet_port = free_port();
+    let mut c = outboxd(&db);
+    c.env_remove("OUTBOX_DB_URL")
+        .env("OUTBOX_SHARDS", &db.url)
+        .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{fleet_port}"))
+        .env("OUTBOX_TOPIC", &topic)
+        .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876")
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut fleet = c.spawn().unwrap();
+    let mut fleet_scrape = String::new();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            fleet_scrape = http_get(fleet_port, "/metrics").map(|r| r.1).unwrap_or_default();
+            fleet_scrape.contains("outbox_sent_total{shard=")
+        }),
+        "the fleet's scrape never showed its shard:\n{fleet_scrape}"
+    );
+    signal(&fleet, "TERM");
+    assert_eq!(exit_code(&mut fleet, Duration::from_secs(30)), Some(0));
     let dir = std::env::temp_dir().join(format!("outbox-deploy-{}", db.name));
     std::fs::create_dir_all(&dir).unwrap();
     let (relay_file, consumer_file) = (dir.join("outboxd.txt"), dir.join("consumer.txt"));
+    let fleet_file = dir.join("fleet.txt");
     std::fs::write(&relay_file, relay_scrape).unwrap();
+    std::fs::write(&fleet_file, fleet_scrape).unwrap();
     std::fs::write(&consumer_file, consumer.stats().prometheus(&group)).unwrap();
     consumer.stop();
     signal(&child, "TERM");
@@ -1074,7 +1098,7 @@ fn the_shipped_alerts_and_dashboard_name_only_metrics_of_a_live_scrape() {
 
     let (code, out, err) = out({
         let mut c = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/check.sh"));
-        c.arg(&relay_file).arg(&consumer_file);
+        c.arg(&relay_file).arg(&fleet_file).arg(&consumer_file);
         c
     });
     let _ = std::fs::remove_dir_all(&dir);
@@ -1436,4 +1460,132 @@ fn re_emit_from_outboxd_counts_runs_stops_on_a_signal_and_resumes() {
         ],
         "{actions:?}"
     );
+}
+
+/// `outboxd` over a fleet (`shards`): each shard's series labelled, a missing shard named by
+/// /healthz, `outbox_shard_up`, `status` and `migrate` (which go on past it and fail naming it),
+/// commands that act on one database asking for `--shard`, and SIGHUP re-reading `shards` (a
+/// list with an error changes nothing).
+#[cfg(feature = "rocketmq")]
+#[test]
+fn run_over_a_fleet_labels_each_shard_names_a_missing_one_and_re_reads_shards_on_sighup() {
+    let _shared = crate::rocketmq_e2e::BROKER_LOCK.read();
+    crate::rocketmq_e2e::ensure_broker();
+    let shards = crate::fleet::Shards::new("d_fleet", 3, &[2]);
+    let server = crate::support::server_url();
+    let dir = std::env::temp_dir().join(format!("outbox-fleet-{}", shards.base));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("outbox.toml");
+    let write = |list: &str| std::fs::write(&file, format!("shards = \"{list}\"\n")).unwrap();
+    write(&format!("{server}/{}_{{0..2}}", shards.base));
+    let port = free_port();
+    let cli = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
+        c.env_remove("OUTBOX_DB_URL")
+            .env("RUST_LOG", "info")
+            .env("OUTBOX_SENT_ROWS", "keep")
+            .env("OUTBOX_TOPIC", format!("T_{}", shards.base))
+            .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876")
+            .arg("--config")
+            .arg(&file);
+        c
+    };
+    let (s0, s1, s2) = (shards.name(0), shards.name(1), shards.name(2));
+
+    // Over the fleet, status and migrate go on past the missing shard and fail naming it.
+    let (code, stdout, stderr) = out({
+        let mut c = cli();
+        c.arg("migrate");
+        c
+    });
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("== shard {s0} (1/3)")) && stdout.contains(&format!("shard {s2}: FAILED")),
+        "{stdout}"
+    );
+    assert!(stderr.contains(&format!("1 of 3 shards failed: {s2}")), "{stderr}");
+    let (code, stdout, stderr) = out({
+        let mut c = cli();
+        c.arg("status");
+        c
+    });
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&s0) && stdout.contains(&format!("{s2:<24} cannot read")),
+        "{stdout}"
+    );
+    // A command on one database needs --shard; with it, it acts on that shard alone.
+    let (code, _, stderr) = out({
+        let mut c = cli();
+        c.args(["dead-letters", "list"]);
+        c
+    });
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--shard NAME") && stderr.contains(&s0), "{stderr}");
+    let (code, _, stderr) = out({
+        let mut c = cli();
+        c.args(["--shard", "nope", "status"]);
+        c
+    });
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("\"nope\" is not one of the shards"), "{stderr}");
+
+    let mut child = cli()
+        .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{port}"))
+        .env("OUTBOX_SCAN_INTERVAL_MS", "100")
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Lines::of(&mut child);
+    shards.enqueue(0, "a", 30);
+    shards.enqueue(1, "b", 20);
+    assert!(
+        wait_until(Duration::from_secs(120), || shards.count(0, "SUCCESS") == 30
+            && shards.count(1, "SUCCESS") == 20),
+        "the fleet did not relay"
+    );
+    let (code, metrics) = http_get(port, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    for line in [
+        format!("outbox_sent_total{{shard=\"{s0}\"}} 30"),
+        format!("outbox_sent_total{{shard=\"{s1}\"}} 20"),
+        format!("outbox_shard_up{{shard=\"{s0}\"}} 1"),
+        format!("outbox_shard_up{{shard=\"{s2}\"}} 0"),
+        "outbox_shards 3".into(),
+    ] {
+        assert!(metrics.contains(&line), "{line} missing from /metrics:\n{metrics}");
+    }
+    let (code, body) = http_get(port, "/healthz").unwrap();
+    assert_eq!(code, 200, "one shard down leaves the fleet serving: {body}");
+    assert!(body.starts_with("shards=3 healthy=2 broker=up"), "{body}");
+    assert!(
+        body.contains(&format!("shard {s2}: not relaying")) && body.contains(&s2),
+        "{body}"
+    );
+
+    // SIGHUP: a list with an error changes nothing; a good one drops the missing shard.
+    write("mysql://root@127.0.0.1:3306/x_{3..1}");
+    signal(&child, "HUP");
+    assert!(lines.wait_for("configuration error, shards unchanged", Duration::from_secs(30)));
+    write(&format!("{server}/{}_{{0..1}}", shards.base));
+    signal(&child, "HUP");
+    assert!(lines.wait_for("0 added, 1 removed, 0 replaced; serving 2", Duration::from_secs(30)));
+    let (_, metrics) = http_get(port, "/metrics").unwrap();
+    assert!(
+        !metrics.contains(&s2) && metrics.contains("outbox_shards 2"),
+        "{metrics}"
+    );
+    let (code, body) = http_get(port, "/healthz").unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.starts_with("shards=2 healthy=2 broker=up"), "{body}");
+    shards.enqueue(1, "c", 10);
+    assert!(wait_until(Duration::from_secs(60), || shards.count(1, "SUCCESS") == 30));
+
+    signal(&child, "TERM");
+    assert_eq!(exit_code(&mut child, Duration::from_secs(30)), Some(0));
+    let err = lines.all().join("\n");
+    assert!(err.contains("stopped 2 shards"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

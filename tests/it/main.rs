@@ -13,6 +13,7 @@ mod control;
 #[cfg(feature = "daemon")]
 mod daemon;
 mod event_key;
+mod fleet;
 mod inbox;
 mod ordering;
 mod protocol;

@@ -4,6 +4,8 @@ mod console;
 mod metrics;
 mod reemit;
 mod settings;
+mod shards;
+mod signals;
 mod startup;
 mod telemetry;
 
@@ -34,6 +36,10 @@ struct Cli {
     /// Set a key, overriding the file and the environment: `--set batch.size=200`. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
     sets: Vec<String>,
+    /// With `shards` set: the shard a command acts on, by name (`run`, `migrate` and `status`
+    /// act on every shard without it).
+    #[arg(long, global = true, value_name = "NAME")]
+    shard: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -365,6 +371,26 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    // With shards: a command acts on one shard (--shard), or run/migrate/status on all of them.
+    let fleet_wide = matches!(
+        cli.command,
+        Command::Run { .. } | Command::Migrate { .. } | Command::Status { .. }
+    );
+    let mut config = effective.config.clone();
+    if config.shards.is_some() {
+        match shards::pick(&config, cli.shard.as_deref(), fleet_wide) {
+            Ok(Some(one)) => config = one,
+            Ok(None) => {}
+            Err(msg) => {
+                eprintln!("outboxd: {msg}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        }
+    } else if let Some(name) = &cli.shard {
+        eprintln!("outboxd: --shard {name:?} needs the shards key set (this configuration serves db.url)");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let reload = || settings::load(cli.config.as_deref(), &cli.sets, |v| std::env::var(v).ok()).map(|e| e.config);
     let result = match cli.command {
         Command::Config {
             command: ConfigCommand::Check,
@@ -383,7 +409,7 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Example,
         } => unreachable!("handled before loading"),
-        Command::Run { drain } => match run(effective.config, drain) {
+        Command::Run { drain } => match run(config, drain, &reload) {
             Err(RunFailure::Startup(msg)) => {
                 eprintln!("outboxd: {msg}");
                 return ExitCode::FAILURE;
@@ -391,15 +417,19 @@ fn main() -> ExitCode {
             Err(RunFailure::Error(e)) => Err(e),
             Ok(()) => Ok(()),
         },
-        Command::Migrate { dry_run, consumer } => migrate(&effective.config, dry_run, consumer),
-        Command::Status { json } => status(&effective.config, json),
-        Command::DeadLetters { command } => dead_letters(&effective.config, command),
-        Command::Control { command } => control(&effective.config, command),
-        Command::Events { command } => events(&effective.config, command),
+        Command::Migrate { dry_run, consumer } if config.shards.is_some() => {
+            return fleet_exit(shards::migrate(&config, dry_run, consumer))
+        }
+        Command::Migrate { dry_run, consumer } => migrate(&config, dry_run, consumer),
+        Command::Status { json } if config.shards.is_some() => return fleet_exit(shards::status(&config, json)),
+        Command::Status { json } => status(&config, json),
+        Command::DeadLetters { command } => dead_letters(&config, command),
+        Command::Control { command } => control(&config, command),
+        Command::Events { command } => events(&config, command),
         Command::Inbox {
             command: InboxCommand::Forget(args),
-        } => reemit::forget_cmd(&effective.config, args),
-        Command::Purge { older_than, batch } => purge(&effective.config, older_than, batch),
+        } => reemit::forget_cmd(&config, args),
+        Command::Purge { older_than, batch } => purge(&config, older_than, batch),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -414,11 +444,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// The exit of a command over every shard: failure when one shard failed (named).
+fn fleet_exit(r: shards::FleetResult) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("outboxd: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn pool(config: &Config) -> outbox::Result<mysql::Pool> {
     outbox::connect(config)
 }
 
-fn migrate(config: &Config, dry_run: bool, consumer: bool) -> outbox::Result<()> {
+pub(crate) fn migrate(config: &Config, dry_run: bool, consumer: bool) -> outbox::Result<()> {
     // What the migrations are for: the relay's table, or the consumer's tables alone.
     let (what, is) = if consumer {
         ("the consumer's tables".to_string(), "are")
@@ -462,7 +503,7 @@ fn migrate(config: &Config, dry_run: bool, consumer: bool) -> outbox::Result<()>
 }
 
 /// Why `run` ended in failure.
-enum RunFailure {
+pub(crate) enum RunFailure {
     Error(outbox::Error),
     /// The relay, or what the daemon runs beside it (the signal handler, the metrics and console
     /// listeners), could not start, in plain words.
@@ -476,21 +517,16 @@ impl From<outbox::Error> for RunFailure {
 }
 
 /// Longest pause between two start attempts.
-const START_RETRY_MAX: Duration = Duration::from_secs(30);
+pub(crate) const START_RETRY_MAX: Duration = Duration::from_secs(30);
 
-fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
-    let (tx, rx) = crossbeam_channel::bounded::<()>(1);
-    let signals = std::sync::atomic::AtomicUsize::new(0);
-    ctrlc::set_handler(move || {
-        if signals.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
-            log::info!("signal received: draining (a second signal exits at once)");
-            let _ = tx.try_send(());
-        } else {
-            log::warn!("second signal: exiting now; rows still SENDING return when their lease expires");
-            std::process::exit(130);
-        }
-    })
-    .map_err(|e| RunFailure::Startup(format!("cannot install the signal handler: {e}")))?;
+/// Re-reads the configuration (the file, the environment, `--set`) for SIGHUP.
+pub(crate) type Reload<'a> = &'a dyn Fn() -> Result<Config, Vec<settings::Problem>>;
+
+fn run(config: Config, drain: Duration, reload: Reload) -> Result<(), RunFailure> {
+    let rx = signals::listen().map_err(RunFailure::Startup)?;
+    if config.shards.is_some() {
+        return shards::run(config, drain, rx, reload);
+    }
     log::info!(
         "outboxd {} on {} table {} (publisher {})",
         outbox::VERSION,
@@ -566,8 +602,8 @@ fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
             left.as_secs_f64()
         );
         target.set_starting(format!("{msg}; retrying"));
-        // A signal while waiting ends the wait: nothing was claimed, nothing to drain.
-        if rx.recv_timeout(pause).is_ok() {
+        // A stop signal while waiting ends the wait: nothing was claimed, nothing to drain.
+        if rx.recv_timeout(pause) == Ok(signals::Signal::Stop) {
             log::info!("signal received while waiting for the database: exiting");
             return Ok(());
         }
@@ -581,7 +617,9 @@ fn run(config: Config, drain: Duration) -> Result<(), RunFailure> {
             .map_err(|e| RunFailure::Startup(format!("cannot serve the console: {e}")))?;
         let _ = console.set(c);
     }
-    let _ = rx.recv();
+    while let Ok(signals::Signal::Reload) = rx.recv() {
+        log::info!("SIGHUP: outboxd re-reads only `shards`, and this configuration serves db.url: nothing to do");
+    }
     let report = relay.stop(drain);
     let s = relay.counters();
     log::info!(

@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use outbox::{BreakerState, Relay};
+use outbox::{BreakerState, Fleet, Relay, ShardState, Stats};
 
 /// Due WAIT rows the per-topic age gauge looks at per scrape (keeps a scrape cheap with any backlog).
 const OLDEST_WAIT_SAMPLE: usize = 10_000;
@@ -46,11 +46,13 @@ impl Latency {
     }
 }
 
-/// What the endpoint reports on: the relay once it runs, and until then why it does not yet.
+/// What the endpoint reports on: the relay once it runs, and until then why it does not yet; or
+/// a fleet, each shard's series labelled `shard`.
 #[derive(Debug, Default)]
 pub struct Target {
     relay: RwLock<Option<Arc<Relay>>>,
     starting: RwLock<Option<String>>,
+    fleet: RwLock<Option<Arc<Fleet>>>,
 }
 
 impl Target {
@@ -69,6 +71,15 @@ impl Target {
         *self.starting.write().unwrap_or_else(|e| e.into_inner()) = Some(why);
     }
 
+    /// A fleet runs: report on each of its shards.
+    pub fn set_fleet(&self, fleet: Arc<Fleet>) {
+        *self.fleet.write().unwrap_or_else(|e| e.into_inner()) = Some(fleet);
+    }
+
+    fn fleet(&self) -> Option<Arc<Fleet>> {
+        self.fleet.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     fn relay(&self) -> Option<Arc<Relay>> {
         self.relay.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -84,19 +95,98 @@ struct RelayCollector {
     target: Arc<Target>,
 }
 
-fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> Result<(), std::fmt::Error> {
-    let c = ConstCounter::new(v);
-    c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)
-}
-
 fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> Result<(), std::fmt::Error> {
     let g = ConstGauge::new(v);
     g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)
 }
 
+/// One relay's series: its shard (`None`: the one relay of `db.url`, unlabelled) and its stats.
+type Row = (Option<String>, Arc<Relay>, Stats);
+
+/// A family with one sample per row: labelled `shard` in a fleet, unlabelled for one relay.
+fn family<M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: Vec<(Option<String>, M)>,
+) -> Result<(), std::fmt::Error> {
+    let Some(kind) = samples.first().map(|s| s.1.metric_type()) else {
+        return Ok(());
+    };
+    let mut family = enc.encode_descriptor(name, help, None, kind)?;
+    if let [(None, m)] = samples.as_slice() {
+        return m.encode(family);
+    }
+    for (shard, m) in &samples {
+        let labels = [("shard", shard.clone().unwrap_or_default())];
+        m.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn counters(
+    enc: &mut DescriptorEncoder,
+    rows: &[Row],
+    name: &str,
+    help: &str,
+    f: impl Fn(&Stats) -> u64,
+) -> Result<(), std::fmt::Error> {
+    let samples = rows
+        .iter()
+        .map(|(l, _, s)| (l.clone(), ConstCounter::new(f(s))))
+        .collect();
+    family(enc, name, help, samples)
+}
+
+/// A gauge per row that has a value.
+fn gauges(
+    enc: &mut DescriptorEncoder,
+    rows: &[Row],
+    name: &str,
+    help: &str,
+    f: impl Fn(&Stats) -> Option<f64>,
+) -> Result<(), std::fmt::Error> {
+    let samples = rows
+        .iter()
+        .filter_map(|(l, _, s)| f(s).map(|v| (l.clone(), ConstGauge::new(v))))
+        .collect();
+    family(enc, name, help, samples)
+}
+
 impl Collector for RelayCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(relay) = self.target.relay() else {
+        let rows: Vec<Row> = if let Some(fleet) = self.target.fleet() {
+            let shards = fleet.shards();
+            let up = shards
+                .iter()
+                .map(|v| {
+                    let running = matches!(v.state, ShardState::Running(_));
+                    (
+                        Some(v.spec.name.clone()),
+                        ConstGauge::new(if running { 1.0 } else { 0.0 }),
+                    )
+                })
+                .collect();
+            family(
+                &mut enc,
+                "outbox_shard_up",
+                "1 while the shard's relay runs, 0 while it cannot be started (/healthz says why)",
+                up,
+            )?;
+            gauge(
+                &mut enc,
+                "outbox_shards",
+                "Shards this fleet serves",
+                shards.len() as f64,
+            )?;
+            shards
+                .iter()
+                .filter_map(|v| v.relay().map(|r| (Some(v.spec.name.clone()), r.clone(), r.stats())))
+                .collect()
+        } else if let Some(relay) = self.target.relay() {
+            let s = relay.stats();
+            vec![(None, relay, s)]
+        } else {
             return gauge(
                 &mut enc,
                 "outbox_starting",
@@ -104,155 +194,169 @@ impl Collector for RelayCollector {
                 1.0,
             );
         };
-        let s = relay.stats();
-        counter(&mut enc, "outbox_claimed", "Rows claimed by this instance", s.claimed)?;
-        counter(
-            &mut enc,
+        let e = &mut enc;
+        let r = rows.as_slice();
+        counters(e, r, "outbox_claimed", "Rows claimed by this instance", |s| s.claimed)?;
+        counters(
+            e,
+            r,
             "outbox_claim_conflicts",
             "Candidates another instance claimed first",
-            s.claim_conflicts,
+            |s| s.claim_conflicts,
         )?;
-        counter(
-            &mut enc,
+        counters(
+            e,
+            r,
             "outbox_sent",
             "Events acknowledged by the broker and marked SUCCESS",
-            s.sent,
+            |s| s.sent,
         )?;
-        counter(
-            &mut enc,
+        counters(
+            e,
+            r,
             "outbox_retried",
             "Failed attempts returned to WAIT with backoff",
-            s.retried,
+            |s| s.retried,
         )?;
-        counter(&mut enc, "outbox_dead_lettered", "Events marked FAIL", s.dead_lettered)?;
-        counter(
-            &mut enc,
+        counters(e, r, "outbox_dead_lettered", "Events marked FAIL", |s| s.dead_lettered)?;
+        counters(
+            e,
+            r,
             "outbox_reclaimed",
             "Expired leases returned to WAIT or FAIL",
-            s.reclaimed,
+            |s| s.reclaimed,
         )?;
-        counter(&mut enc, "outbox_renewed", "Lease renewals", s.renewed)?;
-        counter(
-            &mut enc,
+        counters(e, r, "outbox_renewed", "Lease renewals", |s| s.renewed)?;
+        counters(
+            e,
+            r,
             "outbox_released_unsent",
             "Events released without using an attempt",
-            s.released_unsent,
+            |s| s.released_unsent,
         )?;
-        counter(
-            &mut enc,
+        counters(
+            e,
+            r,
             "outbox_possible_duplicates",
             "Failed sends whose request may have reached the broker (each also used an attempt)",
-            s.possible_duplicates,
+            |s| s.possible_duplicates,
         )?;
-        counter(
-            &mut enc,
+        counters(
+            e,
+            r,
             "outbox_parked",
             "Ordered events returned to WAIT without an attempt because their queue's broker was down",
-            s.parked,
+            |s| s.parked,
         )?;
-        counter(
-            &mut enc,
+        counters(
+            e,
+            r,
             "outbox_claim_blocked",
             "Ordered candidates left WAIT behind an earlier pending event of their key",
-            s.claim_blocked,
+            |s| s.claim_blocked,
         )?;
-        counter(
-            &mut enc,
+        counters(
+            e,
+            r,
             "outbox_stale_acks",
             "Acks that matched no row because the lease was lost",
-            s.stale_acks,
+            |s| s.stale_acks,
         )?;
-        counter(
-            &mut enc,
-            "outbox_breaker_opened",
-            "Times the circuit breaker opened",
-            s.breaker_opened,
-        )?;
-        counter(
-            &mut enc,
-            "outbox_db_errors",
-            "Database errors seen by the relay",
-            s.db_errors,
-        )?;
-        let state = match s.breaker_state {
-            BreakerState::Closed => 0.0,
-            BreakerState::HalfOpen => 1.0,
-            BreakerState::Open => 2.0,
-        };
-        gauge(
-            &mut enc,
+        counters(e, r, "outbox_breaker_opened", "Times the circuit breaker opened", |s| {
+            s.breaker_opened
+        })?;
+        counters(e, r, "outbox_db_errors", "Database errors seen by the relay", |s| {
+            s.db_errors
+        })?;
+        gauges(
+            e,
+            r,
             "outbox_breaker_state",
             "Circuit breaker: 0 closed, 1 half-open, 2 open",
-            state,
+            |s| {
+                Some(match s.breaker_state {
+                    BreakerState::Closed => 0.0,
+                    BreakerState::HalfOpen => 1.0,
+                    BreakerState::Open => 2.0,
+                })
+            },
         )?;
-        gauge(
-            &mut enc,
+        gauges(
+            e,
+            r,
             "outbox_claim_failures_in_a_row",
             "Claim rounds that failed one after the other (0 after a success)",
-            s.claim_failures_in_a_row as f64,
+            |s| Some(s.claim_failures_in_a_row as f64),
         )?;
-        gauge(
-            &mut enc,
+        gauges(
+            e,
+            r,
             "outbox_write_failures_in_a_row",
             "Acks, releases, dead-letterings and renewals that failed one after the other",
-            s.write_failures_in_a_row as f64,
+            |s| Some(s.write_failures_in_a_row as f64),
         )?;
-        gauge(
-            &mut enc,
+        gauges(
+            e,
+            r,
             "outbox_stalled",
             "1 while the relay cannot make progress (claims or writes failing in a row; /healthz says why)",
-            if s.stalled.is_some() { 1.0 } else { 0.0 },
+            |s| Some(if s.stalled.is_some() { 1.0 } else { 0.0 }),
         )?;
-        gauge(
-            &mut enc,
+        gauges(
+            e,
+            r,
             "outbox_paused",
             "1 while an operator has paused claiming on the table (outboxd control, the console; /healthz says who and why)",
-            if s.paused.is_some() { 1.0 } else { 0.0 },
+            |s| Some(if s.paused.is_some() { 1.0 } else { 0.0 }),
         )?;
-        if let Some(age) = s.since_last_claim {
-            gauge(
-                &mut enc,
-                "outbox_last_claim_success_age_seconds",
-                "Time since the last claim round that succeeded",
-                age.as_secs_f64(),
-            )?;
-        }
-        gauge(
-            &mut enc,
+        gauges(
+            e,
+            r,
+            "outbox_last_claim_success_age_seconds",
+            "Time since the last claim round that succeeded",
+            |s| s.since_last_claim.map(|a| a.as_secs_f64()),
+        )?;
+        gauges(
+            e,
+            r,
             "outbox_ordered_blocked_seconds",
             "Ordered relays: how long due events have waited with nothing claimable and none of their keys in flight (0 otherwise)",
-            s.ordered_blocked.map_or(0.0, |d| d.as_secs_f64()),
+            |s| Some(s.ordered_blocked.map_or(0.0, |d| d.as_secs_f64())),
         )?;
-        gauge(
-            &mut enc,
-            "outbox_in_flight",
-            "Claimed events not yet recorded",
-            s.in_flight as f64,
-        )?;
-        if let Some(g) = s.gauges {
-            gauge(&mut enc, "outbox_wait_rows", "Rows in WAIT", g.wait as f64)?;
-            gauge(&mut enc, "outbox_sending_rows", "Rows in SENDING", g.sending as f64)?;
-            gauge(
-                &mut enc,
-                "outbox_fail_rows",
-                "Rows in FAIL (dead letters)",
-                g.fail as f64,
-            )?;
-        }
-        let cfg = relay.config();
-        if let Ok(oldest) = outbox::admin::oldest_wait_by_topic(relay.pool(), &cfg.table, OLDEST_WAIT_SAMPLE) {
-            let proto = ConstGauge::new(0.0);
-            let mut family = enc.encode_descriptor(
-                "outbox_oldest_wait_age_seconds",
-                "How long the most overdue WAIT row of each topic has been due (over the first due rows)",
-                None,
-                proto.metric_type(),
-            )?;
-            for (topic, age) in oldest {
-                let topic = topic.unwrap_or_else(|| cfg.topic.clone());
-                let labels = [("topic", topic)];
-                ConstGauge::new(age.as_secs_f64()).encode(family.encode_family(&labels)?)?;
+        gauges(e, r, "outbox_in_flight", "Claimed events not yet recorded", |s| {
+            Some(s.in_flight as f64)
+        })?;
+        gauges(e, r, "outbox_wait_rows", "Rows in WAIT", |s| {
+            s.gauges.as_ref().map(|g| g.wait as f64)
+        })?;
+        gauges(e, r, "outbox_sending_rows", "Rows in SENDING", |s| {
+            s.gauges.as_ref().map(|g| g.sending as f64)
+        })?;
+        gauges(e, r, "outbox_fail_rows", "Rows in FAIL (dead letters)", |s| {
+            s.gauges.as_ref().map(|g| g.fail as f64)
+        })?;
+        let mut oldest = Vec::new();
+        for (shard, relay, _) in r {
+            let cfg = relay.config();
+            if let Ok(by_topic) = outbox::admin::oldest_wait_by_topic(relay.pool(), &cfg.table, OLDEST_WAIT_SAMPLE) {
+                for (topic, age) in by_topic {
+                    let mut labels = vec![("topic".to_string(), topic.unwrap_or_else(|| cfg.topic.clone()))];
+                    if let Some(shard) = shard {
+                        labels.push(("shard".to_string(), shard.clone()));
+                    }
+                    oldest.push((labels, ConstGauge::new(age.as_secs_f64())));
+                }
             }
+        }
+        let proto = ConstGauge::new(0.0);
+        let mut family = e.encode_descriptor(
+            "outbox_oldest_wait_age_seconds",
+            "How long the most overdue WAIT row of each topic has been due (over the first due rows)",
+            None,
+            proto.metric_type(),
+        )?;
+        for (labels, g) in oldest {
+            g.encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }
@@ -286,6 +390,10 @@ pub fn serve(addr: &str, target: Arc<Target>, latency: Latency) -> std::io::Resu
                             Ok(()) => (200, text, "application/openmetrics-text; version=1.0.0; charset=utf-8"),
                             Err(e) => (500, format!("encoding failed: {e}\n"), "text/plain"),
                         }
+                    }
+                    "/healthz" if target.fleet().is_some() => {
+                        let (code, body) = fleet_health(&target.fleet().expect("checked"));
+                        (code, body, "text/plain")
                     }
                     "/healthz" => match target.relay() {
                         None => (
@@ -326,4 +434,51 @@ pub fn serve(addr: &str, target: Arc<Target>, latency: Latency) -> std::io::Resu
                 );
             }
         })
+}
+
+/// A fleet's health: 200 while the broker is up and some shard relays, 503 otherwise. A shard
+/// that cannot be started, or whose relay reports its database down, stalled or paused, is named
+/// on a line of its own either way (one shard down does not make the whole fleet unhealthy: its
+/// `outbox_shard_up` is 0 and the alert rules name it).
+pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
+    let shards = fleet.shards();
+    let mut lines = Vec::new();
+    let (mut healthy, mut broker) = (0, false);
+    for v in &shards {
+        let name = &v.spec.name;
+        match &v.state {
+            ShardState::Starting {
+                attempts, last_error, ..
+            } => lines.push(match last_error {
+                Some(e) => format!("shard {name}: not relaying (attempt {attempts}): {e}"),
+                None => format!("shard {name}: starting"),
+            }),
+            ShardState::Running(relay) => {
+                let (db, b) = relay.health();
+                broker |= b;
+                if db {
+                    healthy += 1;
+                } else {
+                    lines.push(format!("shard {name}: db=down"));
+                }
+                if let Some(why) = relay.stalled() {
+                    lines.push(format!("shard {name}: stalled: {why}"));
+                }
+                if let Some(paused) = relay.counters().paused {
+                    lines.push(format!("shard {name}: {paused}"));
+                }
+            }
+        }
+    }
+    let mut body = format!(
+        "shards={} healthy={} broker={}\n",
+        shards.len(),
+        healthy,
+        if broker { "up" } else { "down" }
+    );
+    for l in lines {
+        body.push_str(&l);
+        body.push('\n');
+    }
+    (if broker && healthy > 0 { 200 } else { 503 }, body)
 }

@@ -115,11 +115,15 @@ fn run_job(config: &Config, pool: &mysql::Pool, id: u64, json: bool) -> outbox::
     let flag = stop.clone();
     // A signal stops the job after the batch being written; a second one exits at once (the
     // job's position is committed with each batch, so nothing is copied twice on resume).
-    let _ = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-    });
+    if let Ok(signals) = crate::signals::listen() {
+        std::thread::spawn(move || {
+            while let Ok(s) = signals.recv() {
+                if s == crate::signals::Signal::Stop {
+                    flag.store(true, Ordering::SeqCst);
+                }
+            }
+        });
+    }
     let runner = format!("{}:{}", default_actor(), std::process::id());
     let bar = ProgressBar::new(0);
     bar.set_style(

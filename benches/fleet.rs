@@ -1,0 +1,363 @@
+//! A fleet (`shards`, docs/fleet.md) on this machine's MariaDB and broker, one run:
+//!
+//! - **drain**: one relay draining `--events` from one database, then one fleet draining the
+//!   same number spread over `--shards` databases (defaults for both; the RocketMQ publisher);
+//!   events per second, first claim to last ack;
+//! - **idle**: `--idle-shards` databases, nothing to send, for `--idle-secs`: MariaDB's CPU time
+//!   (`/proc/<mariadbd>/stat`) without a relay, then with the fleet over them, as a share of one
+//!   core; and the queries per second it costs the server (`Questions`);
+//! - **fresh events beside a hot shard**: shard 0 holds a backlog of `--hot` events when the
+//!   fleet starts; while it drains, a writer commits `--probe-rate` events per second, each on a
+//!   random other shard; commit → broker ack of those (the database's clock) p50/p99/max.
+//!
+//! `cargo bench --features rocketmq --bench fleet [-- --shards 64] [--events 128000]
+//! [--idle-shards 256] [--idle-secs 20] [--hot 200000] [--probe-rate 100] [--probe-secs 15]`
+//!
+//! Shard databases are made by creating one migrated database and copying its tables (`CREATE
+//! TABLE … LIKE`, the migration history with them); `max_connections` is raised for the run
+//! (every shard holds two connections at least) and set back at the end.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+use mysql::{Opts, Pool};
+use parking_lot::Mutex;
+
+use outbox::rocketmq::RocketMqPublisher;
+use outbox::{Config, Fleet, NewEvent, Publisher, Relay};
+
+const SERVER: &str = "mysql://root@127.0.0.1:3306";
+const NAMESRV: &str = "127.0.0.1:9876";
+const PREFIX: &str = "outbox_bench_fleet";
+
+struct Args {
+    shards: usize,
+    events: usize,
+    idle_shards: usize,
+    idle_secs: u64,
+    hot: usize,
+    probe_rate: u64,
+    probe_secs: u64,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        shards: 64,
+        events: 128_000,
+        idle_shards: 256,
+        idle_secs: 20,
+        hot: 200_000,
+        probe_rate: 100,
+        probe_secs: 15,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut num = || -> usize {
+            let v = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+            match v.parse::<usize>() {
+                Ok(n) if n >= 1 => n,
+                _ => panic!("{flag} must be a whole number of at least 1, not {v:?}"),
+            }
+        };
+        match flag.as_str() {
+            "--shards" => a.shards = num(),
+            "--events" => a.events = num(),
+            "--idle-shards" => a.idle_shards = num().max(2),
+            "--idle-secs" => a.idle_secs = num() as u64,
+            "--hot" => a.hot = num(),
+            "--probe-rate" => a.probe_rate = num() as u64,
+            "--probe-secs" => a.probe_secs = num() as u64,
+            "--bench" => {}
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    a
+}
+
+fn server() -> Pool {
+    Pool::new(Opts::from_url(SERVER).unwrap()).unwrap()
+}
+
+/// `n` databases `<PREFIX>_<tag>_<i>` with the outbox's tables, made from one migrated database.
+struct Dbs {
+    names: Vec<String>,
+}
+
+impl Dbs {
+    fn new(tag: &str, n: usize) -> Dbs {
+        let mut c = server().get_conn().unwrap();
+        let names: Vec<String> = (0..n).map(|i| format!("{PREFIX}_{tag}_{i}")).collect();
+        for name in &names {
+            c.query_drop(format!("DROP DATABASE IF EXISTS {name}")).unwrap();
+        }
+        let first = &names[0];
+        c.query_drop(format!("CREATE DATABASE {first}")).unwrap();
+        outbox::migrate(&Pool::new(Opts::from_url(&format!("{SERVER}/{first}")).unwrap()).unwrap()).unwrap();
+        let tables: Vec<String> = c
+            .query(format!(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = '{first}'"
+            ))
+            .unwrap();
+        for name in &names[1..] {
+            c.query_drop(format!("CREATE DATABASE {name}")).unwrap();
+            for t in &tables {
+                c.query_drop(format!("CREATE TABLE {name}.{t} LIKE {first}.{t}"))
+                    .unwrap();
+                c.query_drop(format!("INSERT INTO {name}.{t} SELECT * FROM {first}.{t}"))
+                    .unwrap();
+            }
+        }
+        Dbs { names }
+    }
+
+    fn url(&self, i: usize) -> String {
+        format!("{SERVER}/{}", self.names[i])
+    }
+
+    fn shards(&self, range: std::ops::Range<usize>) -> String {
+        range.map(|i| self.url(i)).collect::<Vec<_>>().join(" ")
+    }
+
+    /// `n` events committed in shard `i`, 500 per transaction.
+    fn fill(&self, i: usize, n: usize) {
+        let pool = Pool::new(Opts::from_url(&self.url(i)).unwrap()).unwrap();
+        let mut conn = pool.get_conn().unwrap();
+        let payload = format!("{{\"note\":\"{}\"}}", "x".repeat(180));
+        for start in (0..n).step_by(500) {
+            let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+            for k in start..(start + 500).min(n) {
+                let e = NewEvent::new(format!("ORD-{i}-{k}"), "ORDER_CREATED", payload.clone());
+                outbox::enqueue_in_tx(&mut tx, &e).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+    }
+}
+
+impl Drop for Dbs {
+    fn drop(&mut self) {
+        let mut c = server().get_conn().unwrap();
+        for name in &self.names {
+            let _ = c.query_drop(format!("DROP DATABASE IF EXISTS {name}"));
+        }
+    }
+}
+
+fn config(topic: &str) -> Config {
+    let mut c = Config::default();
+    c.topic = topic.into();
+    c.rocketmq.namesrv = NAMESRV.into();
+    c
+}
+
+fn publisher(c: &Config) -> Arc<dyn Publisher> {
+    Arc::new(RocketMqPublisher::start(c).unwrap())
+}
+
+fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < end, "not done within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---------------------------------------------------------------- the server's side
+
+fn server_pid() -> u32 {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if matches!(comm.trim(), "mariadbd" | "mysqld") {
+            found.push(pid);
+        }
+    }
+    assert_eq!(found.len(), 1, "one mariadbd on the machine: {found:?}");
+    found[0]
+}
+
+/// The server's CPU time so far (user + system), in seconds.
+fn server_cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / ticks
+}
+
+fn questions() -> u64 {
+    let row: Option<(String, u64)> = server()
+        .get_conn()
+        .unwrap()
+        .query_first("SHOW GLOBAL STATUS LIKE 'Questions'")
+        .unwrap();
+    row.unwrap().1
+}
+
+/// MariaDB's CPU (share of one core) and queries per second over `secs` of what runs now.
+fn idle_cost(pid: u32, secs: u64) -> (f64, f64) {
+    let (c0, q0, t0) = (server_cpu(pid), questions(), Instant::now());
+    std::thread::sleep(Duration::from_secs(secs));
+    let (c1, q1, t) = (server_cpu(pid), questions(), t0.elapsed().as_secs_f64());
+    ((c1 - c0) / t, (q1 - q0) as f64 / t)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let a = args();
+    let pid = server_pid();
+    let mut c = server().get_conn().unwrap();
+    let old_max: u64 = c.query_first("SELECT @@max_connections").unwrap().unwrap();
+    let need = 4 * a.idle_shards.max(a.shards) as u64 + 100;
+    c.query_drop(format!("SET GLOBAL max_connections = {}", old_max.max(need)))
+        .unwrap();
+    let run = std::panic::catch_unwind(|| {
+        drain(&a);
+        idle_and_hot(&a, pid);
+    });
+    c.query_drop(format!("SET GLOBAL max_connections = {old_max}")).unwrap();
+    if let Err(e) = run {
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn drain(a: &Args) {
+    let per = a.events / a.shards;
+    let total = per * a.shards;
+    println!(
+        "== drain: {total} events, one relay on one database, then a fleet of {} shards",
+        a.shards
+    );
+    let one = Dbs::new("one", 1);
+    one.fill(0, total);
+    let cfg = {
+        let mut c = config(&format!("{PREFIX}_one_{}", std::process::id()));
+        c.db_url = one.url(0);
+        c
+    };
+    let t0 = Instant::now();
+    let relay = Relay::builder(cfg.clone()).publisher(publisher(&cfg)).start().unwrap();
+    wait_for(Duration::from_secs(600), || relay.counters().sent >= total as u64);
+    let one_rate = total as f64 / t0.elapsed().as_secs_f64();
+    relay.stop(Duration::from_secs(10));
+    drop(one);
+    println!("one relay, one database        {one_rate:>9.0} events/s");
+
+    let dbs = Dbs::new("drain", a.shards);
+    std::thread::scope(|s| {
+        for w in 0..2 {
+            let dbs = &dbs;
+            s.spawn(move || {
+                for i in (w..a.shards).step_by(2) {
+                    dbs.fill(i, per);
+                }
+            });
+        }
+    });
+    let mut cfg = config(&format!("{PREFIX}_drain_{}", std::process::id()));
+    cfg.shards = Some(dbs.shards(0..a.shards));
+    let t0 = Instant::now();
+    let fleet = Fleet::builder(cfg.clone(), publisher(&cfg)).start().unwrap();
+    let sent = || -> u64 {
+        fleet
+            .shards()
+            .iter()
+            .filter_map(|v| v.relay().map(|r| r.counters().sent))
+            .sum()
+    };
+    wait_for(Duration::from_secs(600), || sent() >= total as u64);
+    let fleet_rate = total as f64 / t0.elapsed().as_secs_f64();
+    fleet.stop(Duration::from_secs(10));
+    println!(
+        "fleet of {} shards, {per} each   {fleet_rate:>9.0} events/s ({:.0} % of one relay)",
+        a.shards,
+        100.0 * fleet_rate / one_rate
+    );
+}
+
+fn idle_and_hot(a: &Args, pid: u32) {
+    let n = a.idle_shards;
+    println!(
+        "== idle: {n} shards; then shard 0 with a backlog of {} while the others get {} fresh events/s",
+        a.hot, a.probe_rate
+    );
+    let dbs = Dbs::new("idle", n);
+    let (cpu0, q0) = idle_cost(pid, a.idle_secs);
+    println!(
+        "no relay                        MariaDB {:>5.1} % of a core, {q0:>7.0} queries/s",
+        100.0 * cpu0
+    );
+    let mut cfg = config(&format!("{PREFIX}_idle_{}", std::process::id()));
+    cfg.shards = Some(dbs.shards(0..n));
+    let fleet = Fleet::builder(cfg.clone(), publisher(&cfg)).start().unwrap();
+    wait_for(Duration::from_secs(300), || {
+        fleet.shards().iter().all(|v| v.relay().is_some())
+    });
+    let (cpu1, q1) = idle_cost(pid, a.idle_secs);
+    println!(
+        "fleet over {n} idle shards       MariaDB {:>5.1} % of a core, {q1:>7.0} queries/s \
+         (the fleet's share: {:.1} %, {:.1} queries/s per shard)",
+        100.0 * cpu1,
+        100.0 * (cpu1 - cpu0),
+        (q1 - q0) / n as f64
+    );
+    fleet.stop(Duration::from_secs(10));
+
+    // The hot shard's backlog first, then the fleet, then fresh events on the others.
+    dbs.fill(0, a.hot);
+    let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let hot_sent = Arc::new(AtomicU64::new(0));
+    let (l2, h2) = (latencies.clone(), hot_sent.clone());
+    let hot_name = format!("{PREFIX}_idle_0");
+    let fleet = Fleet::builder(cfg.clone(), publisher(&cfg))
+        .latency_hook(move |shard, d| {
+            if shard == hot_name {
+                h2.fetch_add(1, Relaxed);
+            } else {
+                l2.lock().push(d.to_broker.as_secs_f64() * 1000.0);
+            }
+        })
+        .start()
+        .unwrap();
+    wait_for(Duration::from_secs(300), || {
+        fleet.shards().iter().all(|v| v.relay().is_some())
+    });
+    let pools: Vec<Pool> = (1..n)
+        .map(|i| Pool::new(Opts::from_url(&dbs.url(i)).unwrap()).unwrap())
+        .collect();
+    let probes = a.probe_rate * a.probe_secs;
+    let t0 = Instant::now();
+    for k in 0..probes {
+        let due = t0 + Duration::from_secs_f64(k as f64 / a.probe_rate as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let pool = &pools[rand::random_range(0..pools.len())];
+        let mut conn = pool.get_conn().unwrap();
+        let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+        outbox::enqueue_in_tx(&mut tx, &NewEvent::new(format!("PROBE-{k}"), "ORDER_CREATED", "{}")).unwrap();
+        tx.commit().unwrap();
+    }
+    wait_for(Duration::from_secs(120), || latencies.lock().len() as u64 >= probes);
+    let hot_done = hot_sent.load(Relaxed);
+    fleet.stop(Duration::from_secs(10));
+    let mut l = latencies.lock().clone();
+    l.sort_by(f64::total_cmp);
+    println!(
+        "{probes} fresh events on {} shards, commit -> ack: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms \
+         (the hot shard had sent {hot_done} of {} when the last was acked)",
+        n - 1,
+        percentile(&l, 0.5),
+        percentile(&l, 0.99),
+        l.last().copied().unwrap_or(0.0),
+        a.hot
+    );
+}

@@ -1,0 +1,411 @@
+//! A fleet: one relay over many shard databases (`shards`, `docs/fleet.md`).
+//!
+//! Each shard gets a relay of its own ([`Relay`], with the shard's URL and table,
+//! `shard.workers` senders and a pool of `shard.db.pool.max`), so each has its own scanner,
+//! breaker, backoff, leases and dead letters, and a shard that is slow or down holds up nothing
+//! but itself. They share the publisher (one producer for the fleet), which only the fleet shuts
+//! down. A shard whose database cannot be opened (down, access denied, table missing) is started
+//! again and again in the background with backoff, reported by name meanwhile
+//! ([`ShardState::Starting`] with the last error), while the others relay. Shards are added and
+//! removed while the others run ([`Fleet::add`], [`Fleet::remove`], [`Fleet::reload`]); a removed
+//! shard's relay stops like any relay: sends in flight finish, claimed-but-unsent rows go back to
+//! WAIT, nothing is lost or sent twice because of the removal.
+
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use parking_lot::Mutex;
+
+use crate::config::{Config, ShardSpec};
+use crate::error::{ConfigError, Error, Result};
+use crate::publisher::{OutboundEvent, Publisher, SendOutcome};
+use crate::relay::{Delivery, Relay, StopReport};
+use crate::store::DeadLetter;
+
+/// First and longest wait between two starts of a shard that cannot be opened.
+const RESTART_FIRST: Duration = Duration::from_millis(500);
+const RESTART_MAX: Duration = Duration::from_secs(30);
+
+/// Called with the shard's name.
+type ShardLatencyHook = Arc<dyn Fn(&str, &Delivery) + Send + Sync>;
+type ShardDeadLetterHook = Arc<dyn Fn(&str, &DeadLetter) + Send + Sync>;
+
+/// Builds a [`Fleet`].
+pub struct FleetBuilder {
+    config: Config,
+    publisher: Arc<dyn Publisher>,
+    latency: Option<ShardLatencyHook>,
+    dead_letter: Option<ShardDeadLetterHook>,
+}
+
+impl FleetBuilder {
+    /// Called per acked event with its shard's name and its [`Delivery`] times.
+    pub fn latency_hook(mut self, f: impl Fn(&str, &Delivery) + Send + Sync + 'static) -> Self {
+        self.latency = Some(Arc::new(f));
+        self
+    }
+
+    /// Called once per event that ends FAIL, with its shard's name.
+    pub fn dead_letter_hook(mut self, f: impl Fn(&str, &DeadLetter) + Send + Sync + 'static) -> Self {
+        self.dead_letter = Some(Arc::new(f));
+        self
+    }
+
+    /// Starts a relay for every shard of `shards` and returns at once: shards that cannot be
+    /// opened yet keep being started in the background. Fails only on the configuration (no
+    /// `shards`, or a value the relay refuses).
+    pub fn start(self) -> Result<Fleet> {
+        let specs = self.config.shard_specs()?;
+        if specs.is_empty() {
+            return Err(ConfigError::invalid("shards", "", "is empty: a fleet needs at least one shard").into());
+        }
+        self.config.for_shard(&specs[0]).validate()?;
+        let fleet = Fleet {
+            inner: Arc::new(FleetInner {
+                base: self.config,
+                publisher: self.publisher,
+                latency: self.latency,
+                dead_letter: self.dead_letter,
+                slots: Mutex::new(Vec::new()),
+                stopped: AtomicBool::new(false),
+            }),
+        };
+        for spec in specs {
+            fleet.add(spec)?;
+        }
+        Ok(fleet)
+    }
+}
+
+/// Where one shard is.
+#[derive(Debug, Clone)]
+pub enum ShardState {
+    /// Not relaying yet: its relay could not be started (`last_error`, after `attempts` tries);
+    /// it is tried again with backoff.
+    Starting {
+        attempts: u32,
+        last_error: Option<String>,
+        since: Instant,
+    },
+    /// Its relay runs.
+    Running(Arc<Relay>),
+}
+
+/// One shard of a fleet as [`Fleet::shards`] shows it.
+#[derive(Debug, Clone)]
+pub struct ShardView {
+    pub spec: ShardSpec,
+    pub state: ShardState,
+}
+
+impl ShardView {
+    /// The shard's relay, when it runs.
+    pub fn relay(&self) -> Option<&Arc<Relay>> {
+        match &self.state {
+            ShardState::Running(r) => Some(r),
+            ShardState::Starting { .. } => None,
+        }
+    }
+}
+
+/// What [`Fleet::reload`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FleetChange {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    /// Shards whose URL or table changed: stopped, then started again with the new one.
+    pub replaced: Vec<String>,
+}
+
+/// Many shard databases relayed by one process. Stop it with [`Fleet::stop`]; dropping it
+/// stops it too.
+pub struct Fleet {
+    inner: Arc<FleetInner>,
+}
+
+struct FleetInner {
+    base: Config,
+    publisher: Arc<dyn Publisher>,
+    latency: Option<ShardLatencyHook>,
+    dead_letter: Option<ShardDeadLetterHook>,
+    /// In the order they were added.
+    slots: Mutex<Vec<Arc<Slot>>>,
+    stopped: AtomicBool,
+}
+
+/// One shard: its state and the thread that starts its relay.
+struct Slot {
+    spec: ShardSpec,
+    state: Mutex<ShardState>,
+    /// Set when the shard is removed or the fleet stops; the starter then starts nothing more.
+    removed: AtomicBool,
+    /// Dropped on removal: wakes a starter waiting out its backoff.
+    wake: Mutex<Option<Sender<()>>>,
+    starter: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Fleet {
+    /// A fleet over the `shards` of `config`, sending through `publisher`.
+    pub fn builder(config: Config, publisher: Arc<dyn Publisher>) -> FleetBuilder {
+        FleetBuilder {
+            config,
+            publisher,
+            latency: None,
+            dead_letter: None,
+        }
+    }
+
+    /// Every shard and where it is, in the order they were added.
+    pub fn shards(&self) -> Vec<ShardView> {
+        self.inner
+            .slots
+            .lock()
+            .iter()
+            .map(|s| ShardView {
+                spec: s.spec.clone(),
+                state: s.state.lock().clone(),
+            })
+            .collect()
+    }
+
+    /// The relay of the shard `name`, when it runs.
+    pub fn relay(&self, name: &str) -> Option<Arc<Relay>> {
+        let slots = self.inner.slots.lock();
+        let slot = slots.iter().find(|s| s.spec.name == name)?;
+        let state = slot.state.lock();
+        match &*state {
+            ShardState::Running(r) => Some(r.clone()),
+            ShardState::Starting { .. } => None,
+        }
+    }
+
+    /// The configuration every shard's relay is made from.
+    pub fn config(&self) -> &Config {
+        &self.inner.base
+    }
+
+    /// Starts relaying `shard` (in the background: see [`ShardState`]). Refused when the fleet
+    /// has stopped or already serves a shard of that name.
+    pub fn add(&self, shard: ShardSpec) -> Result<()> {
+        if self.inner.stopped.load(SeqCst) {
+            return Err(Error::Stopped);
+        }
+        let mut slots = self.inner.slots.lock();
+        if slots.iter().any(|s| s.spec.name == shard.name) {
+            return Err(ConfigError::invalid("shards", &shard.name, "is already served by this fleet").into());
+        }
+        crate::config::table_name("shards", &shard.table)?;
+        let (wake_tx, wake_rx) = bounded::<()>(0);
+        let slot = Arc::new(Slot {
+            spec: shard,
+            state: Mutex::new(ShardState::Starting {
+                attempts: 0,
+                last_error: None,
+                since: Instant::now(),
+            }),
+            removed: AtomicBool::new(false),
+            wake: Mutex::new(Some(wake_tx)),
+            starter: Mutex::new(None),
+        });
+        let (inner, s) = (self.inner.clone(), slot.clone());
+        let handle = std::thread::Builder::new()
+            .name(format!("outbox-shard-{}", slot.spec.name))
+            .spawn(move || start_until_running(&inner, &s, wake_rx))
+            .map_err(|source| Error::Thread {
+                name: format!("outbox-shard-{}", slot.spec.name),
+                source,
+            })?;
+        *slot.starter.lock() = Some(handle);
+        slots.push(slot);
+        Ok(())
+    }
+
+    /// Stops relaying the shard `name` (its sends in flight finish within `drain`; what it
+    /// claimed and did not send goes back to WAIT). `None` when the fleet has no such shard.
+    pub fn remove(&self, name: &str, drain: Duration) -> Option<StopReport> {
+        let slot = {
+            let mut slots = self.inner.slots.lock();
+            let i = slots.iter().position(|s| s.spec.name == name)?;
+            slots.remove(i)
+        };
+        Some(retire(&slot, drain))
+    }
+
+    /// Makes the fleet serve exactly `shards`: adds the new ones, removes the ones no longer
+    /// listed (their relays stopped with `drain`, in parallel), and replaces a shard whose URL or
+    /// table changed. The shards left alone are not touched.
+    pub fn reload(&self, shards: Vec<ShardSpec>, drain: Duration) -> Result<FleetChange> {
+        let mut change = FleetChange::default();
+        let current: Vec<ShardSpec> = self.shards().into_iter().map(|v| v.spec).collect();
+        let mut gone = Vec::new();
+        for old in &current {
+            match shards.iter().find(|s| s.name == old.name) {
+                None => {
+                    change.removed.push(old.name.clone());
+                    gone.push(old.name.clone());
+                }
+                Some(new) if new != old => {
+                    change.replaced.push(old.name.clone());
+                    gone.push(old.name.clone());
+                }
+                Some(_) => {}
+            }
+        }
+        std::thread::scope(|s| {
+            for name in &gone {
+                s.spawn(move || self.remove(name, drain));
+            }
+        });
+        for new in shards {
+            let was = current.iter().any(|c| c.name == new.name);
+            if !was || change.replaced.contains(&new.name) {
+                let name = new.name.clone();
+                self.add(new)?;
+                if !was {
+                    change.added.push(name);
+                }
+            }
+        }
+        if change != FleetChange::default() {
+            log::info!(
+                "fleet: added {:?}, removed {:?}, replaced {:?}",
+                change.added,
+                change.removed,
+                change.replaced
+            );
+        }
+        Ok(change)
+    }
+
+    /// Stops every shard's relay (in parallel, each with `drain`), then the publisher. Returns
+    /// each shard's report; a second call returns nothing.
+    pub fn stop(&self, drain: Duration) -> Vec<(String, StopReport)> {
+        if self.inner.stopped.swap(true, SeqCst) {
+            return Vec::new();
+        }
+        let slots: Vec<Arc<Slot>> = std::mem::take(&mut *self.inner.slots.lock());
+        let reports = std::thread::scope(|s| {
+            let handles: Vec<_> = slots
+                .iter()
+                .map(|slot| s.spawn(move || (slot.spec.name.clone(), retire(slot, drain))))
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        self.inner.publisher.shutdown();
+        reports
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let grace = self.inner.base.send_timeout + Duration::from_secs(1);
+        self.stop(grace);
+    }
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("shards", &self.inner.slots.lock().len())
+            .finish()
+    }
+}
+
+/// Ends a shard taken out of the fleet: no more starts, its relay (if any) stopped.
+fn retire(slot: &Slot, drain: Duration) -> StopReport {
+    slot.removed.store(true, SeqCst);
+    drop(slot.wake.lock().take());
+    if let Some(h) = slot.starter.lock().take() {
+        let _ = h.join();
+    }
+    let state = slot.state.lock().clone();
+    match state {
+        ShardState::Running(relay) => {
+            let report = relay.stop(drain);
+            log::info!("shard {}: stopped ({report:?})", slot.spec.name);
+            report
+        }
+        ShardState::Starting { .. } => StopReport::default(),
+    }
+}
+
+/// The starter thread of a shard: starts its relay, again and again with backoff while it
+/// cannot, until it runs or the shard is removed.
+fn start_until_running(inner: &FleetInner, slot: &Slot, wake: Receiver<()>) {
+    let name = &slot.spec.name;
+    let mut delay = RESTART_FIRST;
+    let mut attempts = 0u32;
+    loop {
+        if slot.removed.load(SeqCst) {
+            return;
+        }
+        attempts += 1;
+        match start_shard(inner, &slot.spec) {
+            Ok(relay) => {
+                let relay = Arc::new(relay);
+                let mut state = slot.state.lock();
+                if slot.removed.load(SeqCst) {
+                    drop(state);
+                    relay.stop(inner.base.send_timeout);
+                    return;
+                }
+                *state = ShardState::Running(relay);
+                log::info!("shard {name}: relaying table {}", slot.spec.table);
+                return;
+            }
+            Err(e) => {
+                let why = format!("cannot start: {e}");
+                // One line per attempt, and attempts back off to one per RESTART_MAX.
+                log::warn!(
+                    "shard {name}: {why}; trying again in {:.1} s (attempt {attempts})",
+                    delay.as_secs_f64()
+                );
+                let since = match &*slot.state.lock() {
+                    ShardState::Starting { since, .. } => *since,
+                    ShardState::Running(_) => Instant::now(),
+                };
+                *slot.state.lock() = ShardState::Starting {
+                    attempts,
+                    last_error: Some(why),
+                    since,
+                };
+            }
+        }
+        // Woken early (disconnected) only by a removal.
+        let _ = wake.recv_timeout(delay);
+        delay = (delay * 2).min(RESTART_MAX);
+    }
+}
+
+fn start_shard(inner: &FleetInner, spec: &ShardSpec) -> Result<Relay> {
+    let config = inner.base.for_shard(spec);
+    let mut builder = Relay::builder(config).publisher(Arc::new(Shared(inner.publisher.clone())));
+    if let Some(hook) = &inner.latency {
+        let (hook, name) = (hook.clone(), spec.name.clone());
+        builder = builder.latency_hook(move |d| hook(&name, d));
+    }
+    if let Some(hook) = &inner.dead_letter {
+        let (hook, name) = (hook.clone(), spec.name.clone());
+        builder = builder.dead_letter_hook(move |d| hook(&name, d));
+    }
+    builder.start()
+}
+
+/// The fleet's publisher as one shard's relay holds it: everything but the shutdown, which is the
+/// fleet's when it stops (a shard's relay stopping must not close the others' producer).
+struct Shared(Arc<dyn Publisher>);
+
+impl Publisher for Shared {
+    fn publish(&self, events: &[OutboundEvent], timeout: Duration) -> Vec<SendOutcome> {
+        self.0.publish(events, timeout)
+    }
+    fn queue_hint(&self, event: &OutboundEvent) -> Option<u64> {
+        self.0.queue_hint(event)
+    }
+    fn is_healthy(&self) -> bool {
+        self.0.is_healthy()
+    }
+}
