@@ -44,6 +44,9 @@ pub(super) fn scanner_loop(
     let mut recent_from: Option<ScanPosition> = None;
     let mut next_due = NextDue::default();
     let never = crossbeam_channel::never::<()>();
+    // The last round from the head found nothing: the next one first asks whether anything is
+    // due (one unlocked read) before it opens a claim round (a transaction of three statements).
+    let mut idle = false;
     while !inner.stopping.load(SeqCst) {
         // A paused table (an operator's control) is not claimed from; what is in flight
         // finishes. Read at most once a second.
@@ -76,6 +79,28 @@ pub(super) fn scanner_loop(
                 continue;
             }
         };
+        let probe_first = idle
+            && position.is_none()
+            && permit == Permit::Claim
+            && !ordered
+            && cfg.claim_strategy != ClaimStrategy::PerRow;
+        if probe_first {
+            match inner.store.first_wait_in() {
+                // Nothing waits: the next commit's notify or the interval wakes the scanner.
+                Ok(None) => {
+                    wait(&wake, &shutdown, cfg.scan_interval);
+                    continue;
+                }
+                // The first row is due later (2 ms past `NOW(3)`'s millisecond), or the interval.
+                Ok(Some(us)) if us > 0 => {
+                    let until = Duration::from_micros(us as u64) + Duration::from_millis(2);
+                    wait(&wake, &shutdown, until.min(cfg.scan_interval));
+                    continue;
+                }
+                // Due now, or the read failed (the claim round says why): claim.
+                _ => {}
+            }
+        }
         let lease_start = Instant::now();
         if lease_start.duration_since(last_head_scan) >= cfg.scan_interval {
             position = None;
@@ -138,6 +163,7 @@ pub(super) fn scanner_loop(
         };
         let n = round.claimed.len();
         let conflicts = round.conflicts as usize;
+        idle = from_head && n == 0 && conflicts == 0 && !recent_round;
         let blocked = round.blocked;
         let ordered_next = ordered.then(|| OrderedNext::after(&round, limit));
         if ordered {

@@ -340,6 +340,18 @@ impl Store {
     /// How long until the next WAIT row not yet due becomes due (a scheduled event, a backoff, a
     /// park), by the database's clock: `None` when there is none. One read of the first entry of
     /// `idx_status_next_retry` past `NOW(3)`.
+    /// When the first WAIT row is due, from now by the database's clock: `None` when no row
+    /// waits, zero or less when one is due now. One read of the head of `idx_status_next_retry`,
+    /// no lock and no transaction: what an idle scanner asks before it opens a claim round.
+    pub fn first_wait_in(&self) -> Result<Option<i64>> {
+        let us: Option<Option<i64>> = self.conn()?.query_first(format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(3), next_retry_time) FROM {} FORCE INDEX (idx_status_next_retry) \
+             WHERE status = 'WAIT' ORDER BY next_retry_time LIMIT 1",
+            self.table
+        ))?;
+        Ok(us.flatten())
+    }
+
     pub fn next_due_in(&self) -> Result<Option<Duration>> {
         let us: Option<Option<i64>> = self.conn()?.query_first(format!(
             "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(3), next_retry_time) FROM {} \

@@ -131,6 +131,12 @@ static void test_conf_unknown_key_and_invalid_value_are_distinct(void) {
   CHECK_RC(outbox_conf_set(c, "publisher", "kafka", err, sizeof err), OUTBOX_ERR_INVALID_VALUE);
   CHECK(strstr(last_error(), "publisher") != NULL);
   CHECK_RC(outbox_conf_set(c, "table", "t; DROP TABLE x", err, sizeof err), OUTBOX_ERR_INVALID_VALUE);
+  /* A fleet's keys: a shard list is checked entry by entry, its passwords never repeated. */
+  CHECK_OK(outbox_conf_set(c, "shard.workers", "2", err, sizeof err));
+  CHECK_RC(outbox_conf_set(c, "shards", "mysql://u:pw1@h/o_{3..1}", err, sizeof err), OUTBOX_ERR_INVALID_VALUE);
+  CHECK(strstr(err, "shards") != NULL && strstr(err, "runs backwards") != NULL && strstr(err, "pw1") == NULL);
+  CHECK_RC(outbox_conf_set(c, "shard.db.pool.max", "0", err, sizeof err), OUTBOX_ERR_INVALID_VALUE);
+  CHECK(strstr(err, "shard.db.pool.max") != NULL);
   /* errstr may be NULL, or too small: it is truncated and stays NUL-terminated. */
   CHECK_RC(outbox_conf_set(c, "nope", "1", NULL, 0), OUTBOX_ERR_UNKNOWN_KEY);
   char tiny[8];
@@ -183,6 +189,13 @@ static void test_start_failures_consume_the_conf_and_write_nothing(void) {
   CHECK_OK(outbox_conf_set(c, "table", "t_no_such_outbox", err, sizeof err));
   CHECK_RC(outbox_start(c, &r, err, sizeof err), OUTBOX_ERR_STATEMENT);
   CHECK(strstr(err, "t_no_such_outbox") != NULL);
+  CHECK(r == sentinel);
+
+  /* A relay given shards: a fleet is outboxd's (or outbox::Fleet's), said by name. */
+  c = test_conf();
+  CHECK_OK(outbox_conf_set(c, "shards", "mysql://root@127.0.0.1:3306/o_{0..3}", err, sizeof err));
+  CHECK_RC(outbox_start(c, &r, err, sizeof err), OUTBOX_ERR_INVALID_VALUE);
+  CHECK(strstr(err, "shards") != NULL && strstr(err, "fleet") != NULL);
   CHECK(r == sentinel);
 
   /* A NULL out pointer still consumes the conf (valgrind proves it is freed). */

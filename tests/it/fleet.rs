@@ -57,12 +57,13 @@ impl Shards {
 
     /// The fleet's configuration over `<base>_{from..to}`, with test timings.
     fn config(&self, from: usize, to: usize) -> Config {
-        let mut c = Config::default();
-        c.shards = Some(format!("{}/{}_{{{from}..{to}}}", server_url(), self.base));
-        c.scan_interval = Duration::from_millis(50);
-        c.reclaim_interval = Duration::from_millis(100);
-        c.sent_rows = outbox::SentRows::Keep;
-        c
+        Config {
+            shards: Some(format!("{}/{}_{{{from}..{to}}}", server_url(), self.base)),
+            scan_interval: Duration::from_millis(50),
+            reclaim_interval: Duration::from_millis(100),
+            sent_rows: outbox::SentRows::Keep,
+            ..Config::default()
+        }
     }
 
     pub(crate) fn enqueue(&self, i: usize, prefix: &str, n: usize) {

@@ -236,3 +236,19 @@ func TestOneDatabaseSettingForDriverAndLibrary(t *testing.T) {
 		t.Fatalf("unix DSN: %v", err)
 	}
 }
+
+// A fleet's keys from Go: a bad shard list is refused naming the key, never its password, and a
+// relay given shards says that a fleet serves them (outboxd).
+func TestShardKeysAreCheckedAndARelayPointsToTheFleet(t *testing.T) {
+	_, err := outbox.Start(outbox.Config{Settings: map[string]string{
+		"db.url": dbURL, "publisher": "none", "shards": "mysql://u:pw1@h/o_{3..1}"}})
+	if !errors.Is(err, outbox.ErrInvalidValue) || !strings.Contains(err.Error(), "shards") ||
+		!strings.Contains(err.Error(), "runs backwards") || strings.Contains(err.Error(), "pw1") {
+		t.Fatalf("bad shard list: %v", err)
+	}
+	_, err = outbox.Start(outbox.Config{Settings: map[string]string{
+		"db.url": dbURL, "publisher": "none", "shard.workers": "2", "shards": "mysql://root@127.0.0.1:3306/o_{0..3}"}})
+	if !errors.Is(err, outbox.ErrInvalidValue) || !strings.Contains(err.Error(), "fleet") {
+		t.Fatalf("a relay given shards: %v", err)
+	}
+}

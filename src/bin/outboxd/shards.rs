@@ -86,11 +86,9 @@ pub fn run(
             .start()?,
     );
     target.set_fleet(fleet.clone());
-    loop {
-        match signals.recv() {
-            Ok(Signal::Reload) => reload_shards(&fleet, reload, drain),
-            Ok(Signal::Stop) | Err(_) => break,
-        }
+    // Until a stop signal (or the signal thread's end).
+    while let Ok(Signal::Reload) = signals.recv() {
+        reload_shards(&fleet, reload, drain);
     }
     let reports = fleet.stop(drain);
     let released: u64 = reports.iter().map(|(_, r)| r.released).sum();

@@ -120,6 +120,17 @@ public class HostErgonomicsTest {
     }
 
     @Test
+    public void shard_keys_are_checked_and_a_relay_given_shards_points_to_the_fleet() {
+        OutboxConfigException bad = assertThrows(OutboxConfigException.class,
+                () -> new OutboxConfig().set("shards", "mysql://u:pw1@h/o_{3..1}"));
+        assertTrue(bad.getMessage(), bad.getMessage().contains("shards") && bad.getMessage().contains("runs backwards"));
+        assertFalse(bad.getMessage(), bad.getMessage().contains("pw1"));
+        OutboxConfig c = db.config().set("shard.workers", "2").set("shards", "mysql://root@127.0.0.1:3306/o_{0..3}");
+        OutboxConfigException e = assertThrows(OutboxConfigException.class, () -> Outbox.start(c));
+        assertTrue(e.getMessage(), e.getMessage().contains("shards") && e.getMessage().contains("fleet"));
+    }
+
+    @Test
     public void latency_is_in_the_stats_before_any_delivery() {
         try (Outbox outbox = Outbox.start(db.config())) {
             OutboxStats.Latency l = outbox.stats().latency();
