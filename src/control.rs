@@ -142,8 +142,18 @@ impl PauseCheck {
     /// Whether the table is paused now (read from the database when the last read is older
     /// than [`PauseCheck::EVERY`]; a failed read keeps the last answer). Logs the changes.
     pub(crate) fn paused(&self, pool: &Pool) -> Option<Paused> {
+        self.paused_within(pool, Self::EVERY)
+    }
+
+    /// How often an idle relay (nothing due at its last look) reads the flag: it reads it again
+    /// within [`PauseCheck::EVERY`] before it claims anything, so a pause still stops every claim
+    /// within a second; only the state it reports may be this old.
+    pub(crate) const IDLE_EVERY: Duration = Duration::from_secs(10);
+
+    /// [`PauseCheck::paused`], reading the database only when the last read is older than `age`.
+    pub(crate) fn paused_within(&self, pool: &Pool, age: Duration) -> Option<Paused> {
         let mut s = self.state.lock();
-        if s.0.is_some_and(|t| t.elapsed() < Self::EVERY) {
+        if s.0.is_some_and(|t| t.elapsed() < age) {
             return s.1.clone();
         }
         s.0 = Some(Instant::now());

@@ -103,7 +103,11 @@ pub fn consume(db_url: &str, namesrv: &str, topic: &str, group: &str, stats: &st
     cfg.backoff_max = Duration::from_secs(2);
     let consumer = Consumer::start(cfg, pool, Arc::new(source), Arc::new(credit))?;
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
     let write = |s: &ConsumerStats| -> Res<()> {

@@ -50,7 +50,14 @@ pub(super) fn scanner_loop(
     while !inner.stopping.load(SeqCst) {
         // A paused table (an operator's control) is not claimed from; what is in flight
         // finishes. Read at most once a second.
-        if inner.pause.paused(inner.store.pool()).is_some() {
+        // An idle relay that is not paused reads the flag less often (it reads it again before
+        // it claims); a paused one looks every second for the resume.
+        let pause_age = if idle && inner.pause.last().is_none() {
+            PauseCheck::IDLE_EVERY
+        } else {
+            PauseCheck::EVERY
+        };
+        if inner.pause.paused_within(inner.store.pool(), pause_age).is_some() {
             position = None;
             wait(&wake, &shutdown, PauseCheck::EVERY);
             continue;
@@ -97,7 +104,12 @@ pub(super) fn scanner_loop(
                     wait(&wake, &shutdown, until.min(cfg.scan_interval));
                     continue;
                 }
-                // Due now, or the read failed (the claim round says why): claim.
+                // Due now, or the read failed (the claim round says why): claim, unless the
+                // table was paused since the idle scanner last looked.
+                _ if inner.pause.paused(inner.store.pool()).is_some() => {
+                    wait(&wake, &shutdown, PauseCheck::EVERY);
+                    continue;
+                }
                 _ => {}
             }
         }

@@ -181,6 +181,13 @@ fn shards_are_added_replaced_and_removed_while_the_others_run_and_a_removal_mid_
     assert!(wait_until(LIMIT, || running(&fleet, &shards.name(0))
         && running(&fleet, &shards.name(1))));
     // Shard 0 has an event whose send takes a while: it is in flight when the shard is removed.
+    // Its id is 1 (the first row of a fresh table; no other shard has a row yet), so the delay is
+    // in place before the relay can see it.
+    rec.set_faults(vec![Fault::Delay {
+        id: 1,
+        by: Duration::from_millis(800),
+        times: 1,
+    }]);
     shards.enqueue(0, "slow", 1);
     let slow_id: u64 = shards
         .pool(0)
@@ -189,11 +196,7 @@ fn shards_are_added_replaced_and_removed_while_the_others_run_and_a_removal_mid_
         .query_first("SELECT id FROM t_event_record WHERE biz_no = 'slow-0'")
         .unwrap()
         .unwrap();
-    rec.set_faults(vec![Fault::Delay {
-        id: slow_id,
-        by: Duration::from_millis(800),
-        times: 1,
-    }]);
+    assert_eq!(slow_id, 1);
     fleet.relay(&shards.name(0)).unwrap().notify();
     assert!(wait_until(LIMIT, || fleet
         .relay(&shards.name(0))

@@ -46,7 +46,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Relay until SIGINT/SIGTERM, then drain and exit 0 (a second signal exits at once).
+    /// Relay until SIGINT/SIGTERM, then drain and exit 0 (a second signal exits at once); with
+    /// `shards`, every shard, re-reading them on SIGHUP.
     Run {
         /// How long to let sends in flight finish on shutdown.
         #[arg(long, default_value = "10s", value_parser = duration)]
