@@ -61,6 +61,20 @@ settings! {
         read_by: Relay,
         doc: "connections of each shard's pool when `shards` is set (in place of db.pool.max); a shard opens at most this plus shard.workers + 1 for its held rounds",
     }
+    "shard.watch.ms" {
+        field: shard_watch,
+        kind: Millis(0, 60_000),
+        default: "200",
+        read_by: Relay,
+        doc: "with `shards`: how often one statement per database server reads every shard's first due row and wakes the shards that have one (0 = off: each shard scans at scan.interval.ms)",
+    }
+    "shard.scan.interval.ms" {
+        field: shard_scan_interval,
+        kind: Millis(1, 3_600_000),
+        default: "10000",
+        read_by: Relay,
+        doc: "with `shards` and shard.watch.ms on: each shard relay's own scan interval (in place of scan.interval.ms; the watch wakes it for what becomes due)",
+    }
     "startup.db.wait.ms" {
         field: startup_db_wait,
         kind: Millis(0, DAY),

@@ -157,6 +157,10 @@ pub struct Config {
     /// `shard.workers`, `shard.db.pool.max`: each shard relay's senders and pool.
     pub shard_workers: usize,
     pub shard_db_pool_max: usize,
+    /// `shard.watch.ms`: how often the fleet's watch reads every shard's first due row (zero: no
+    /// watch); `shard.scan.interval.ms`: each shard relay's own scan interval while it watches.
+    pub shard_watch: Duration,
+    pub shard_scan_interval: Duration,
     /// How long `outboxd run` keeps retrying a database it cannot reach at start (0 = fail at once).
     pub startup_db_wait: Duration,
     /// Largest number of connections the relay opens.
@@ -285,6 +289,8 @@ impl Config {
             shards: None,
             shard_workers: 0,
             shard_db_pool_max: 0,
+            shard_watch: Duration::ZERO,
+            shard_scan_interval: Duration::ZERO,
             startup_db_wait: Duration::ZERO,
             db_pool_max: 0,
             table: String::new(),
@@ -385,13 +391,17 @@ impl Config {
     }
 
     /// The configuration of one shard's relay: this one with the shard's URL and table,
-    /// `shard.workers` senders and a pool of `shard.db.pool.max`, and no `shards` of its own.
+    /// `shard.workers` senders, a pool of `shard.db.pool.max`, `shard.scan.interval.ms` while
+    /// the fleet watches (`shard.watch.ms`), and no `shards` of its own.
     pub fn for_shard(&self, shard: &super::shards::ShardSpec) -> Config {
         let mut c = self.clone();
         c.db_url = shard.url.clone();
         c.table = shard.table.clone();
         c.workers = self.shard_workers;
         c.db_pool_max = self.shard_db_pool_max;
+        if !self.shard_watch.is_zero() {
+            c.scan_interval = self.shard_scan_interval;
+        }
         c.shards = None;
         c
     }

@@ -44,6 +44,8 @@ const BAD_VALUES: &[(&str, &[&str])] = &[
         ],
     ),
     ("shard.workers", &["0", "257", "one"]),
+    ("shard.watch.ms", &["-1", "60001", "fast"]),
+    ("shard.scan.interval.ms", &["0", "3600001", "slow"]),
     ("shard.db.pool.max", &["0", "1025", "two"]),
     (
         "table",

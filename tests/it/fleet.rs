@@ -325,3 +325,39 @@ fn a_relay_given_shards_refuses_to_start_and_points_to_the_fleet() {
         "{e}"
     );
 }
+
+#[test]
+fn the_watch_wakes_shards_whose_rows_are_due_and_a_server_it_cannot_read_is_named() {
+    let shards = Shards::new("fleet_watch", 3, &[]);
+    // The shards' own scans are a minute apart: only the watch gets fresh events out sooner.
+    let mut cfg = shards.config(0, 2);
+    cfg.shard_watch = Duration::from_millis(50);
+    cfg.shard_scan_interval = Duration::from_secs(60);
+    let rec = Recorder::new();
+    let fleet = Fleet::builder(cfg, rec.clone()).start().unwrap();
+    assert!(wait_until(LIMIT, || (0..3).all(|i| running(&fleet, &shards.name(i)))));
+    for v in fleet.shards() {
+        assert_eq!(v.relay().unwrap().config().scan_interval, Duration::from_secs(60));
+    }
+    for i in 0..3 {
+        shards.enqueue(i, &format!("w{i}"), 10);
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || sends_by_key(&rec).len() == 30),
+        "the watch did not wake the shards: {} of 30 sent",
+        sends_by_key(&rec).len()
+    );
+    assert!(fleet.watch_problems().is_empty());
+    // A shard's table gone: the server's statement fails, and the watch says so by server.
+    shards
+        .pool(1)
+        .get_conn()
+        .unwrap()
+        .query_drop("DROP TABLE t_event_record")
+        .unwrap();
+    assert!(wait_until(LIMIT, || fleet.watch_problems().iter().any(
+        |(server, why)| server == "127.0.0.1:3306" && why.contains("t_event_record")
+    )));
+    assert!(sends_by_key(&rec).values().all(|&n| n == 1));
+    fleet.stop(Duration::from_secs(5));
+}

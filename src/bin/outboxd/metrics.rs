@@ -179,6 +179,12 @@ impl Collector for RelayCollector {
                 "Shards this fleet serves",
                 shards.len() as f64,
             )?;
+            gauge(
+                &mut enc,
+                "outbox_fleet_watch_failing_servers",
+                "Database servers whose watch statement (shard.watch.ms) failed at its last tick (/healthz says why)",
+                fleet.watch_problems().len() as f64,
+            )?;
             shards
                 .iter()
                 .filter_map(|v| v.relay().map(|r| (Some(v.spec.name.clone()), r.clone(), r.stats())))
@@ -469,6 +475,11 @@ pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
                 }
             }
         }
+    }
+    for (server, why) in fleet.watch_problems() {
+        lines.push(format!(
+            "watch of server {server}: {why} (its shards scan every shard.scan.interval.ms meanwhile)"
+        ));
     }
     let mut body = format!(
         "shards={} healthy={} broker={}\n",

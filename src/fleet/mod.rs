@@ -25,6 +25,9 @@ use crate::publisher::{OutboundEvent, Publisher, SendOutcome};
 use crate::relay::{Delivery, Relay, StopReport};
 use crate::store::DeadLetter;
 
+mod watch;
+use watch::{Watch, Watched};
+
 /// First and longest wait between two starts of a shard that cannot be opened.
 const RESTART_FIRST: Duration = Duration::from_millis(500);
 const RESTART_MAX: Duration = Duration::from_secs(30);
@@ -71,10 +74,25 @@ impl FleetBuilder {
                 dead_letter: self.dead_letter,
                 slots: Mutex::new(Vec::new()),
                 stopped: AtomicBool::new(false),
+                watch: Watch::default(),
+                watcher: Mutex::new(None),
             }),
         };
         for spec in specs {
             fleet.add(spec)?;
+        }
+        let every = fleet.inner.base.shard_watch;
+        if !every.is_zero() {
+            let (stop_tx, stop_rx) = bounded::<()>(0);
+            let inner = fleet.inner.clone();
+            let handle = std::thread::Builder::new()
+                .name("outbox-fleet-watch".into())
+                .spawn(move || inner.watch.run(&inner.base, every, stop_rx, || inner.running()))
+                .map_err(|source| Error::Thread {
+                    name: "outbox-fleet-watch".into(),
+                    source,
+                })?;
+            *fleet.inner.watcher.lock() = Some((stop_tx, handle));
         }
         Ok(fleet)
     }
@@ -134,6 +152,27 @@ struct FleetInner {
     /// In the order they were added.
     slots: Mutex<Vec<Arc<Slot>>>,
     stopped: AtomicBool,
+    watch: Watch,
+    /// The watch's thread and what stops it (dropping the sender), with `shard.watch.ms`.
+    watcher: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+}
+
+impl FleetInner {
+    /// The shards whose relay runs, for the watch.
+    fn running(&self) -> Vec<Watched> {
+        self.slots
+            .lock()
+            .iter()
+            .filter_map(|s| match &*s.state.lock() {
+                ShardState::Running(r) => Some(Watched {
+                    url: s.spec.url.clone(),
+                    table: s.spec.table.clone(),
+                    relay: r.clone(),
+                }),
+                ShardState::Starting { .. } => None,
+            })
+            .collect()
+    }
 }
 
 /// One shard: its state and the thread that starts its relay.
@@ -180,6 +219,12 @@ impl Fleet {
             ShardState::Running(r) => Some(r.clone()),
             ShardState::Starting { .. } => None,
         }
+    }
+
+    /// Each database server (`host:port`) whose watch statement failed at its last tick, and
+    /// why: its shards are relayed meanwhile at their own `shard.scan.interval.ms`.
+    pub fn watch_problems(&self) -> Vec<(String, String)> {
+        self.inner.watch.problems()
     }
 
     /// The configuration every shard's relay is made from.
@@ -285,6 +330,10 @@ impl Fleet {
     pub fn stop(&self, drain: Duration) -> Vec<(String, StopReport)> {
         if self.inner.stopped.swap(true, SeqCst) {
             return Vec::new();
+        }
+        if let Some((stop, handle)) = self.inner.watcher.lock().take() {
+            drop(stop);
+            let _ = handle.join();
         }
         let slots: Vec<Arc<Slot>> = std::mem::take(&mut *self.inner.slots.lock());
         let reports = std::thread::scope(|s| {

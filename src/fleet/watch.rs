@@ -1,0 +1,167 @@
+//! The fleet's watch (`shard.watch.ms`): instead of every idle shard reading its own table each
+//! scan interval, one statement per database server reads the first WAIT row of every running
+//! shard on it (`UNION ALL` of one index-head read each) and wakes the relays of the shards whose
+//! row is due. The shards' own scans then run only every `shard.scan.interval.ms`, as a
+//! fallback; a fresh event waits at most about one watch period instead of a scan interval.
+//!
+//! A server whose statement fails (a shard's table dropped, the server down) is said by
+//! [`Watch::problems`] and logged at most once a minute per server; its shards are left to
+//! their own scans until the statement succeeds again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use mysql::prelude::Queryable;
+use mysql::Pool;
+use parking_lot::Mutex;
+
+use crate::config::Config;
+use crate::relay::Relay;
+
+/// A running shard as the watch sees it.
+pub(super) struct Watched {
+    pub url: String,
+    pub table: String,
+    pub relay: Arc<Relay>,
+}
+
+/// What the watch knows between ticks: a pool per server and each server's last failure.
+#[derive(Default)]
+pub(super) struct Watch {
+    pools: Mutex<BTreeMap<String, Pool>>,
+    problems: Mutex<BTreeMap<String, (String, Instant)>>,
+}
+
+/// How often a failing server's statement is logged.
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+impl Watch {
+    /// Each server whose statement failed at the last tick (`host:port`) and why.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        self.problems
+            .lock()
+            .iter()
+            .map(|(server, (why, _))| (server.clone(), why.clone()))
+            .collect()
+    }
+
+    /// Ticks every `every` until `stop` disconnects; `shards` gives the running shards each tick.
+    pub fn run(&self, base: &Config, every: Duration, stop: Receiver<()>, shards: impl Fn() -> Vec<Watched>) {
+        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stop.recv_timeout(every) {
+            self.tick(base, shards());
+        }
+    }
+
+    fn tick(&self, base: &Config, shards: Vec<Watched>) {
+        let mut by_server: BTreeMap<(String, String), Vec<Watched>> = BTreeMap::new();
+        for w in shards {
+            if let Some((credentials, shown)) = server_of(&w.url) {
+                by_server.entry((credentials, shown)).or_default().push(w);
+            }
+        }
+        let mut problems = self.problems.lock();
+        problems.retain(|server, _| by_server.keys().any(|(_, shown)| shown == server));
+        drop(problems);
+        for ((credentials, shown), group) in by_server {
+            match self.read(base, &credentials, &group) {
+                Ok(due) => {
+                    for i in due {
+                        group[i].relay.notify();
+                    }
+                    if self.problems.lock().remove(&shown).is_some() {
+                        log::info!("fleet watch: server {shown} answers again");
+                    }
+                }
+                Err(e) => {
+                    let why = format!("cannot read the shards' first due rows: {e}");
+                    let mut problems = self.problems.lock();
+                    let log_now = problems.get(&shown).is_none_or(|(_, at)| at.elapsed() >= LOG_EVERY);
+                    if log_now {
+                        log::warn!(
+                            "fleet watch: server {shown}: {why}; its {} shards scan every shard.scan.interval.ms meanwhile",
+                            group.len()
+                        );
+                        problems.insert(shown, (why, Instant::now()));
+                    } else if let Some(p) = problems.get_mut(&shown) {
+                        p.0 = why;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The indexes in `group` of the shards whose first WAIT row is due.
+    fn read(&self, base: &Config, credentials: &str, group: &[Watched]) -> crate::error::Result<Vec<usize>> {
+        let pool = {
+            let mut pools = self.pools.lock();
+            match pools.get(credentials) {
+                Some(p) => p.clone(),
+                None => {
+                    let mut c = base.clone();
+                    c.db_url = group[0].url.clone();
+                    c.db_pool_max = 1;
+                    let p = crate::db::connect(&c)?;
+                    pools.insert(credentials.to_string(), p.clone());
+                    p
+                }
+            }
+        };
+        let sql = group
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| {
+                let db = mysql::Opts::from_url(&w.url).ok()?.get_db_name()?.to_string();
+                Some(format!(
+                    "SELECT {i}, TIMESTAMPDIFF(MICROSECOND, NOW(3), (SELECT next_retry_time FROM {db}.{t} \
+                     FORCE INDEX (idx_status_next_retry) WHERE status = 'WAIT' ORDER BY next_retry_time LIMIT 1))",
+                    db = quote(&db),
+                    t = quote(&w.table),
+                ))
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let rows: Vec<(usize, Option<i64>)> = pool.get_conn()?.query(sql)?;
+        Ok(rows
+            .into_iter()
+            .filter(|(i, us)| *i < group.len() && us.is_some_and(|us| us <= 0))
+            .map(|(i, _)| i)
+            .collect())
+    }
+}
+
+/// A database or table name as an identifier: in backticks, a backtick doubled.
+fn quote(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// The server of a shard's URL: its credentials and address (what a pool is shared by, never
+/// shown) and `host:port` (what is shown).
+fn server_of(url: &str) -> Option<(String, String)> {
+    let o = mysql::Opts::from_url(url).ok()?;
+    let shown = format!("{}:{}", o.get_ip_or_hostname(), o.get_tcp_port());
+    let credentials = format!(
+        "{}\u{0}{}\u{0}{shown}",
+        o.get_user().unwrap_or_default(),
+        o.get_pass().unwrap_or_default()
+    );
+    Some((credentials, shown))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_quoted_and_servers_told_apart_by_credentials() {
+        assert_eq!(quote("orders_7"), "`orders_7`");
+        assert_eq!(quote("we`ird"), "`we``ird`");
+        let (a, shown) = server_of("mysql://u:p1@db1:3306/orders_1").unwrap();
+        let (b, _) = server_of("mysql://u:p1@db1:3306/orders_2").unwrap();
+        let (c, _) = server_of("mysql://v:p2@db1:3306/orders_3").unwrap();
+        assert_eq!(shown, "db1:3306");
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+}
