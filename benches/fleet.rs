@@ -1,8 +1,9 @@
 //! A fleet (`shards`, docs/fleet.md) on this machine's MariaDB and broker, one run:
 //!
 //! - **drain**: one relay draining `--events` from one database, then one fleet draining the
-//!   same number spread over `--shards` databases (defaults for both; the RocketMQ publisher);
-//!   events per second, first claim to last ack;
+//!   same number spread over `--shards` databases (defaults for both; the RocketMQ publisher),
+//!   taking turns for `--rounds` rounds; events per second from the start to the last ack, and
+//!   the medians;
 //! - **idle**: `--idle-shards` databases, nothing to send, for `--idle-secs`: MariaDB's CPU time
 //!   (`/proc/<mariadbd>/stat`) without a relay, then with the fleet over them, as a share of one
 //!   core; and the queries per second it costs the server (`Questions`);
@@ -11,7 +12,8 @@
 //!   random other shard; commit → broker ack of those (the database's clock) p50/p99/max.
 //!
 //! `cargo bench --features rocketmq --bench fleet [-- --shards 64] [--events 128000]
-//! [--idle-shards 256] [--idle-secs 20] [--hot 200000] [--probe-rate 100] [--probe-secs 15]`
+//! [--idle-shards 256] [--idle-secs 20] [--hot 200000] [--probe-rate 100] [--probe-secs 15]
+//! [--rounds 3] [--set KEY=VALUE]...` (`--set` applies to every fleet of the run)
 //!
 //! Shard databases are made by creating one migrated database and copying its tables (`CREATE
 //! TABLE … LIKE`, the migration history with them); `max_connections` is raised for the run
@@ -40,6 +42,10 @@ struct Args {
     hot: usize,
     probe_rate: u64,
     probe_secs: u64,
+    /// `--set KEY=VALUE`: settings of every fleet of the run (`shard.watch.ms=500`).
+    sets: Vec<(String, String)>,
+    /// Drain rounds, one relay and the fleet taking turns.
+    rounds: usize,
 }
 
 fn args() -> Args {
@@ -51,6 +57,8 @@ fn args() -> Args {
         hot: 200_000,
         probe_rate: 100,
         probe_secs: 15,
+        sets: Vec::new(),
+        rounds: 3,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -63,12 +71,20 @@ fn args() -> Args {
         };
         match flag.as_str() {
             "--shards" => a.shards = num(),
+            "--rounds" => a.rounds = num(),
             "--events" => a.events = num(),
             "--idle-shards" => a.idle_shards = num().max(2),
             "--idle-secs" => a.idle_secs = num() as u64,
             "--hot" => a.hot = num(),
             "--probe-rate" => a.probe_rate = num() as u64,
             "--probe-secs" => a.probe_secs = num() as u64,
+            "--set" => {
+                let kv = it.next().expect("--set needs KEY=VALUE");
+                let (k, v) = kv
+                    .split_once('=')
+                    .unwrap_or_else(|| panic!("--set {kv}: expected KEY=VALUE"));
+                a.sets.push((k.into(), v.into()));
+            }
             "--bench" => {}
             other => panic!("unknown flag {other}"),
         }
@@ -154,6 +170,16 @@ fn config(topic: &str) -> Config {
     c
 }
 
+/// A fleet's configuration: [`config`] with the run's `--set`s.
+fn fleet_config(a: &Args, topic: &str, shards: String) -> Config {
+    let mut c = config(topic);
+    c.shards = Some(shards);
+    for (k, v) in &a.sets {
+        c.set(k, v).unwrap_or_else(|e| panic!("--set {k}={v}: {e}"));
+    }
+    c
+}
+
 fn publisher(c: &Config) -> Arc<dyn Publisher> {
     Arc::new(RocketMqPublisher::start(c).unwrap())
 }
@@ -235,57 +261,73 @@ fn drain(a: &Args) {
     let per = a.events / a.shards;
     let total = per * a.shards;
     println!(
-        "== drain: {total} events, one relay on one database, then a fleet of {} shards",
-        a.shards
+        "== drain: {total} events, one relay on one database and a fleet of {} shards, taking turns for {} rounds",
+        a.shards, a.rounds
     );
     let one = Dbs::new("one", 1);
-    one.fill(0, total);
-    let cfg = {
-        let mut c = config(&format!("{PREFIX}_one_{}", std::process::id()));
-        c.db_url = one.url(0);
-        c
-    };
-    let t0 = Instant::now();
-    let relay = Relay::builder(cfg.clone()).publisher(publisher(&cfg)).start().unwrap();
-    wait_for(Duration::from_secs(600), || relay.counters().sent >= total as u64);
-    let one_rate = total as f64 / t0.elapsed().as_secs_f64();
-    relay.stop(Duration::from_secs(10));
-    drop(one);
-    println!("one relay, one database        {one_rate:>9.0} events/s");
-
     let dbs = Dbs::new("drain", a.shards);
-    std::thread::scope(|s| {
-        for w in 0..2 {
-            let dbs = &dbs;
-            s.spawn(move || {
-                for i in (w..a.shards).step_by(2) {
-                    dbs.fill(i, per);
-                }
-            });
-        }
-    });
-    let mut cfg = config(&format!("{PREFIX}_drain_{}", std::process::id()));
-    cfg.shards = Some(dbs.shards(0..a.shards));
-    let t0 = Instant::now();
-    let fleet = Fleet::builder(cfg.clone(), publisher(&cfg)).start().unwrap();
-    let sent = || -> u64 {
-        fleet
-            .shards()
-            .iter()
-            .filter_map(|v| v.relay().map(|r| r.counters().sent))
-            .sum()
+    let (mut ones, mut fleets) = (Vec::new(), Vec::new());
+    for round in 0..a.rounds {
+        one.fill(0, total);
+        let cfg = {
+            let mut c = config(&format!("{PREFIX}_one_{}_{round}", std::process::id()));
+            c.db_url = one.url(0);
+            c
+        };
+        let t0 = Instant::now();
+        let relay = Relay::builder(cfg.clone()).publisher(publisher(&cfg)).start().unwrap();
+        wait_for(Duration::from_secs(600), || relay.counters().sent >= total as u64);
+        let one_rate = total as f64 / t0.elapsed().as_secs_f64();
+        relay.stop(Duration::from_secs(10));
+        std::thread::scope(|s| {
+            for w in 0..2 {
+                let dbs = &dbs;
+                s.spawn(move || {
+                    for i in (w..a.shards).step_by(2) {
+                        dbs.fill(i, per);
+                    }
+                });
+            }
+        });
+        let cfg = fleet_config(
+            a,
+            &format!("{PREFIX}_drain_{}_{round}", std::process::id()),
+            dbs.shards(0..a.shards),
+        );
+        let t0 = Instant::now();
+        let fleet = Fleet::builder(cfg.clone(), publisher(&cfg)).start().unwrap();
+        let sent = || -> u64 {
+            fleet
+                .shards()
+                .iter()
+                .filter_map(|v| v.relay().map(|r| r.counters().sent))
+                .sum()
+        };
+        wait_for(Duration::from_secs(300), || {
+            fleet.shards().iter().all(|v| v.relay().is_some())
+        });
+        let started = t0.elapsed().as_secs_f64();
+        wait_for(Duration::from_secs(600), || sent() >= total as u64);
+        let fleet_rate = total as f64 / t0.elapsed().as_secs_f64();
+        fleet.stop(Duration::from_secs(10));
+        println!(
+            "round {}: one relay {one_rate:>7.0} events/s; fleet of {} shards ({per} each) {fleet_rate:>7.0} events/s \
+             ({:.0} %; every shard's relay running {started:.1} s after the start)",
+            round + 1,
+            a.shards,
+            100.0 * fleet_rate / one_rate
+        );
+        ones.push(one_rate);
+        fleets.push(fleet_rate);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
     };
-    wait_for(Duration::from_secs(300), || {
-        fleet.shards().iter().all(|v| v.relay().is_some())
-    });
-    let started = t0.elapsed().as_secs_f64();
-    wait_for(Duration::from_secs(600), || sent() >= total as u64);
-    let fleet_rate = total as f64 / t0.elapsed().as_secs_f64();
-    fleet.stop(Duration::from_secs(10));
+    let (o, f) = (median(&mut ones), median(&mut fleets));
     println!(
-        "fleet of {} shards, {per} each   {fleet_rate:>9.0} events/s ({:.0} % of one relay; every shard's relay running {started:.1} s after the start)",
-        a.shards,
-        100.0 * fleet_rate / one_rate
+        "medians: one relay {o:.0} events/s, the fleet {f:.0} events/s ({:.0} % of one relay)",
+        100.0 * f / o
     );
 }
 
@@ -301,8 +343,7 @@ fn idle_and_hot(a: &Args, pid: u32) {
         "no relay                        MariaDB {:>5.1} % of a core, {q0:>7.0} queries/s",
         100.0 * cpu0
     );
-    let mut cfg = config(&format!("{PREFIX}_idle_{}", std::process::id()));
-    cfg.shards = Some(dbs.shards(0..n));
+    let cfg = fleet_config(a, &format!("{PREFIX}_idle_{}", std::process::id()), dbs.shards(0..n));
     let fleet = Fleet::builder(cfg.clone(), publisher(&cfg)).start().unwrap();
     wait_for(Duration::from_secs(300), || {
         fleet.shards().iter().all(|v| v.relay().is_some())
