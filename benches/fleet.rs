@@ -13,7 +13,7 @@
 //!
 //! `cargo bench --features rocketmq --bench fleet [-- --shards 64] [--events 128000]
 //! [--idle-shards 256] [--idle-secs 20] [--hot 200000] [--probe-rate 100] [--probe-secs 15]
-//! [--rounds 3] [--set KEY=VALUE]...` (`--set` applies to every fleet of the run)
+//! [--rounds 3 | --no-drain] [--set KEY=VALUE]...` (`--set` applies to every fleet of the run)
 //!
 //! Shard databases are made by creating one migrated database and copying its tables (`CREATE
 //! TABLE … LIKE`, the migration history with them); `max_connections` is raised for the run
@@ -44,7 +44,7 @@ struct Args {
     probe_secs: u64,
     /// `--set KEY=VALUE`: settings of every fleet of the run (`shard.watch.ms=500`).
     sets: Vec<(String, String)>,
-    /// Drain rounds, one relay and the fleet taking turns.
+    /// Drain rounds, one relay and the fleet taking turns (`--no-drain`: none).
     rounds: usize,
 }
 
@@ -72,6 +72,7 @@ fn args() -> Args {
         match flag.as_str() {
             "--shards" => a.shards = num(),
             "--rounds" => a.rounds = num(),
+            "--no-drain" => a.rounds = 0,
             "--events" => a.events = num(),
             "--idle-shards" => a.idle_shards = num().max(2),
             "--idle-secs" => a.idle_secs = num() as u64,
@@ -248,7 +249,9 @@ fn main() {
     c.query_drop(format!("SET GLOBAL max_connections = {}", old_max.max(need)))
         .unwrap();
     let run = std::panic::catch_unwind(|| {
-        drain(&a);
+        if a.rounds > 0 {
+            drain(&a);
+        }
         idle_and_hot(&a, pid);
     });
     c.query_drop(format!("SET GLOBAL max_connections = {old_max}")).unwrap();

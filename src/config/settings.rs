@@ -64,7 +64,7 @@ settings! {
     "shard.watch.ms" {
         field: shard_watch,
         kind: Millis(0, 60_000),
-        default: "200",
+        default: "500",
         read_by: Relay,
         doc: "with `shards`: how often one statement per database server reads every shard's first due row and wakes the shards that have one (0 = off: each shard scans at scan.interval.ms)",
     }
