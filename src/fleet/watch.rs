@@ -75,6 +75,9 @@ impl Watch {
                     }
                 }
                 Err(e) => {
+                    // The next tick opens a new pool, from the server's first running shard then
+                    // (the database this one was opened on may be gone).
+                    self.pools.lock().remove(&credentials);
                     let why = format!("cannot read the shards' first due rows: {e}");
                     let mut problems = self.problems.lock();
                     let log_now = problems.get(&shown).is_none_or(|(_, at)| at.elapsed() >= LOG_EVERY);

@@ -449,7 +449,7 @@ pub fn serve(addr: &str, target: Arc<Target>, latency: Latency) -> std::io::Resu
 pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
     let shards = fleet.shards();
     let mut lines = Vec::new();
-    let (mut healthy, mut broker) = (0, false);
+    let (mut healthy, mut broker, mut running) = (0, false, 0);
     for v in &shards {
         let name = &v.spec.name;
         match &v.state {
@@ -460,6 +460,7 @@ pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
                 None => format!("shard {name}: starting"),
             }),
             ShardState::Running(relay) => {
+                running += 1;
                 let (db, b) = relay.health();
                 broker |= b;
                 if db {
@@ -485,7 +486,12 @@ pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
         "shards={} healthy={} broker={}\n",
         shards.len(),
         healthy,
-        if broker { "up" } else { "down" }
+        // Only a running relay knows the broker.
+        match (running, broker) {
+            (0, _) => "unknown",
+            (_, true) => "up",
+            (_, false) => "down",
+        }
     );
     for l in lines {
         body.push_str(&l);
