@@ -49,7 +49,7 @@ pub(super) fn scanner_loop(
     let mut idle = false;
     while !inner.stopping.load(SeqCst) {
         // A paused table (an operator's control) is not claimed from; what is in flight
-        // finishes. Read at most once a second.
+        // finishes. Read at most once a second before a claim.
         // An idle relay that is not paused reads the flag less often (it reads it again before
         // it claims); a paused one looks every second for the resume.
         let pause_age = if idle && inner.pause.last().is_none() {
@@ -93,13 +93,16 @@ pub(super) fn scanner_loop(
             && cfg.claim_strategy != ClaimStrategy::PerRow;
         if probe_first {
             match inner.store.first_wait_in() {
-                // Nothing waits: the next commit's notify or the interval wakes the scanner.
+                // Nothing waits: the next commit's notify or the interval wakes the scanner. The
+                // look counts as a claim round that found nothing (`since_last_claim`).
                 Ok(None) => {
+                    inner.counters.claims.succeeded();
                     wait(&wake, &shutdown, cfg.scan_interval);
                     continue;
                 }
                 // The first row is due later (2 ms past `NOW(3)`'s millisecond), or the interval.
                 Ok(Some(us)) if us > 0 => {
+                    inner.counters.claims.succeeded();
                     let until = Duration::from_micros(us as u64) + Duration::from_millis(2);
                     wait(&wake, &shutdown, until.min(cfg.scan_interval));
                     continue;
