@@ -44,7 +44,7 @@ use boundary::{jni_entry, string_array, Failure, JResult};
 
 /// Version of the contract between `outbox.jar` and this library (the set of native methods
 /// and their signatures). The jar refuses a library with another value.
-pub const JNI_ABI_VERSION: jint = 5;
+pub const JNI_ABI_VERSION: jint = 6;
 
 // ---------------------------------------------------------------------------------------------
 // results
@@ -121,7 +121,8 @@ jni_entry! {
 
 jni_entry! {
     /// `[key0, doc0, redaction0, key1, doc1, redaction1, ...]` in documentation order; a redaction
-    /// is `secret` (shown as `***`), `url` (the password of a URL hidden) or empty (shown as is).
+    /// is `secret` (shown as `***`), `url` (the password of a URL hidden), `urls` (the password of
+    /// each URL of a list hidden) or empty (shown as is).
     fn Java_io_outbox_Native_configKeyDocs() -> jobjectArray = null_mut(), |env| {
         use crate::config::Redaction;
         let flat: Vec<&str> = crate::config::KEYS
@@ -129,7 +130,8 @@ jni_entry! {
             .flat_map(|k| {
                 let redaction = match k.redaction {
                     Redaction::Hidden => "secret",
-                    Redaction::UrlPassword | Redaction::UrlListPasswords => "url",
+                    Redaction::UrlPassword => "url",
+                    Redaction::UrlListPasswords => "urls",
                     Redaction::Shown => "",
                 };
                 [k.key, k.doc, redaction]

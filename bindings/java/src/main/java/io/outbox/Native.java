@@ -12,7 +12,7 @@ import java.util.concurrent.ConcurrentHashMap;
  */
 final class Native {
     /** Must equal {@code JNI_ABI_VERSION} in src/jni/mod.rs. */
-    static final int ABI_VERSION = 5;
+    static final int ABI_VERSION = 6;
 
     /** System property naming the library file, or a directory holding it. */
     static final String PATH_PROPERTY = "outbox.library.path";

@@ -242,7 +242,7 @@ public final class OutboxConfig {
         return b.append('}').toString();
     }
 
-    /** {@code value} as the library shows it: a secret as {@code ***}, a URL without its password. */
+    /** {@code value} as the library shows it: a secret as {@code ***}, a URL (or each URL of a list) without its password. */
     static String masked(String key, String value) {
         String redaction = Keys.ofLibrary().redactions.getOrDefault(key, "");
         if (redaction.equals("secret") && !value.isEmpty()) {
@@ -250,6 +250,10 @@ public final class OutboxConfig {
         }
         if (redaction.equals("url")) {
             return value.replaceFirst("^([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@]*):[^@]*@", "$1:***@");
+        }
+        if (redaction.equals("urls")) {
+            // A list of URLs (shards), separated by spaces or commas: each one's password.
+            return value.replaceAll("([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\\s,]*):[^@\\s,]*@", "$1:***@");
         }
         return value;
     }

@@ -125,6 +125,9 @@ public class HostErgonomicsTest {
                 () -> new OutboxConfig().set("shards", "mysql://u:pw1@h/o_{3..1}"));
         assertTrue(bad.getMessage(), bad.getMessage().contains("shards") && bad.getMessage().contains("runs backwards"));
         assertFalse(bad.getMessage(), bad.getMessage().contains("pw1"));
+        String listed = new OutboxConfig().set("shards", "mysql://a:pw1@h/x, mysql://b:pw2@h/y_{0..1}").toString();
+        assertFalse(listed, listed.contains("pw1") || listed.contains("pw2"));
+        assertTrue(listed, listed.contains("mysql://a:***@h/x") && listed.contains("mysql://b:***@h/y_{0..1}"));
         OutboxConfig c = db.config().set("shard.workers", "2").set("shards", "mysql://root@127.0.0.1:3306/o_{0..3}");
         OutboxConfigException e = assertThrows(OutboxConfigException.class, () -> Outbox.start(c));
         assertTrue(e.getMessage(), e.getMessage().contains("shards") && e.getMessage().contains("fleet"));
