@@ -1514,6 +1514,17 @@ fn run_over_a_fleet_labels_each_shard_names_a_missing_one_and_re_reads_shards_on
         stdout.contains(&s0) && stdout.contains(&format!("{s2:<24} cannot read")),
         "{stdout}"
     );
+    // The configuration of a fleet checks as a whole.
+    let (code, stdout, stderr) = out({
+        let mut c = cli();
+        c.args(["config", "check"]);
+        c
+    });
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("configuration OK") && stdout.contains("shards"),
+        "{stdout}"
+    );
     // A command on one database needs --shard; with it, it acts on that shard alone.
     let (code, _, stderr) = out({
         let mut c = cli();

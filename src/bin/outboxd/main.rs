@@ -372,10 +372,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    // With shards: a command acts on one shard (--shard), or run/migrate/status on all of them.
+    // With shards: a command acts on one shard (--shard), or run/migrate/status on all of them
+    // (and `config` checks the configuration as a whole).
     let fleet_wide = matches!(
         cli.command,
-        Command::Run { .. } | Command::Migrate { .. } | Command::Status { .. }
+        Command::Run { .. } | Command::Migrate { .. } | Command::Status { .. } | Command::Config { .. }
     );
     let mut config = effective.config.clone();
     if config.shards.is_some() {
