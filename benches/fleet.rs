@@ -30,6 +30,9 @@ use parking_lot::Mutex;
 use outbox::rocketmq::RocketMqPublisher;
 use outbox::{Config, Fleet, NewEvent, Publisher, Relay};
 
+mod support;
+use support::{at_least_one, server_cpu, server_pid};
+
 const SERVER: &str = "mysql://root@127.0.0.1:3306";
 const NAMESRV: &str = "127.0.0.1:9876";
 const PREFIX: &str = "outbox_bench_fleet";
@@ -62,13 +65,7 @@ fn args() -> Args {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let mut num = || -> usize {
-            let v = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
-            match v.parse::<usize>() {
-                Ok(n) if n >= 1 => n,
-                _ => panic!("{flag} must be a whole number of at least 1, not {v:?}"),
-            }
-        };
+        let mut num = || at_least_one(&flag, it.next());
         match flag.as_str() {
             "--shards" => a.shards = num(),
             "--rounds" => a.rounds = num(),
@@ -194,30 +191,6 @@ fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) {
 }
 
 // ---------------------------------------------------------------- the server's side
-
-fn server_pid() -> u32 {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if matches!(comm.trim(), "mariadbd" | "mysqld") {
-            found.push(pid);
-        }
-    }
-    assert_eq!(found.len(), 1, "one mariadbd on the machine: {found:?}");
-    found[0]
-}
-
-/// The server's CPU time so far (user + system), in seconds.
-fn server_cpu(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / ticks
-}
 
 fn questions() -> u64 {
     let row: Option<(String, u64)> = server()

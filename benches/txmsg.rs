@@ -58,6 +58,9 @@ use outbox::consumer::Source;
 use outbox::rocketmq::{describe, RocketMqPublisher, RocketMqSource, SourceConfig};
 use outbox::{Config, NewEvent, Relay};
 
+mod support;
+use support::{at_least_one, server_cpu, server_pid};
+
 const SERVER: &str = "mysql://root@127.0.0.1:3306";
 const NAMESRV: &str = "127.0.0.1:9876";
 const INSERT_ORDER: &str = "INSERT INTO t_order (order_no, user_id, amount_cents, status) VALUES (?, ?, ?, 'CREATED')";
@@ -71,14 +74,6 @@ struct Args {
     rate: u64,
     secs: u64,
     quick: bool,
-}
-
-fn at_least_one(flag: &str, v: Option<String>) -> usize {
-    let v = v.unwrap_or_else(|| panic!("{flag} needs a value"));
-    match v.parse::<usize>() {
-        Ok(n) if n >= 1 => n,
-        _ => panic!("{flag} must be a whole number of at least 1, not {v:?}"),
-    }
 }
 
 fn args() -> Args {
@@ -112,30 +107,6 @@ fn args() -> Args {
 }
 
 // ---------------------------------------------------------------- the server's side
-
-/// MariaDB's process id (the only `mariadbd` or `mysqld` on the machine).
-fn server_pid() -> u32 {
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if matches!(comm.trim(), "mariadbd" | "mysqld") {
-            return pid;
-        }
-    }
-    panic!("no mariadbd process found: this bench reads the server's CPU time from /proc");
-}
-
-/// The server's CPU time so far (user + system), in seconds.
-fn server_cpu(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / ticks
-}
 
 fn history_length(pool: &Pool) -> u64 {
     pool.get_conn()

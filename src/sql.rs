@@ -42,9 +42,20 @@ pub fn id_list(ids: impl Iterator<Item = EventId>) -> String {
     s
 }
 
+/// A database or table name as an identifier: in backticks, a backtick inside doubled.
+pub fn ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identifiers_are_quoted_so_nothing_can_escape() {
+        assert_eq!(ident("orders_7"), "`orders_7`");
+        assert_eq!(ident("we`ird"), "`we``ird`");
+    }
 
     #[test]
     fn string_literals_are_hex_so_nothing_can_escape() {

@@ -412,11 +412,12 @@ fn start_until_running(inner: &FleetInner, slot: &Slot, wake: Receiver<()>) {
                     "shard {name}: {why}; trying again in {:.1} s (attempt {attempts})",
                     delay.as_secs_f64()
                 );
-                let since = match &*slot.state.lock() {
+                let mut state = slot.state.lock();
+                let since = match &*state {
                     ShardState::Starting { since, .. } => *since,
                     ShardState::Running(_) => Instant::now(),
                 };
-                *slot.state.lock() = ShardState::Starting {
+                *state = ShardState::Starting {
                     attempts,
                     last_error: Some(why),
                     since,

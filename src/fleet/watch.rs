@@ -19,6 +19,8 @@ use parking_lot::Mutex;
 
 use crate::config::Config;
 use crate::relay::Relay;
+use crate::sql::ident;
+use crate::store::first_wait_in_sql;
 
 /// A running shard as the watch sees it.
 pub(super) struct Watched {
@@ -116,12 +118,8 @@ impl Watch {
             .enumerate()
             .filter_map(|(i, w)| {
                 let db = mysql::Opts::from_url(&w.url).ok()?.get_db_name()?.to_string();
-                Some(format!(
-                    "SELECT {i}, TIMESTAMPDIFF(MICROSECOND, NOW(3), (SELECT next_retry_time FROM {db}.{t} \
-                     FORCE INDEX (idx_status_next_retry) WHERE status = 'WAIT' ORDER BY next_retry_time LIMIT 1))",
-                    db = quote(&db),
-                    t = quote(&w.table),
-                ))
+                let table = format!("{}.{}", ident(&db), ident(&w.table));
+                Some(format!("SELECT {i}, {}", first_wait_in_sql(&table)))
             })
             .collect::<Vec<_>>()
             .join(" UNION ALL ");
@@ -134,11 +132,6 @@ impl Watch {
             .map(|(i, _)| i)
             .collect())
     }
-}
-
-/// A database or table name as an identifier: in backticks, a backtick doubled.
-fn quote(name: &str) -> String {
-    format!("`{}`", name.replace('`', "``"))
 }
 
 /// The server of a shard's URL: its credentials and address (what a pool is shared by, never
@@ -159,9 +152,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_are_quoted_and_servers_told_apart_by_credentials() {
-        assert_eq!(quote("orders_7"), "`orders_7`");
-        assert_eq!(quote("we`ird"), "`we``ird`");
+    fn servers_are_told_apart_by_credentials() {
         let (a, shown) = server_of("mysql://u:p1@db1:3306/orders_1").unwrap();
         let (b, _) = server_of("mysql://u:p1@db1:3306/orders_2").unwrap();
         let (c, _) = server_of("mysql://v:p2@db1:3306/orders_3").unwrap();

@@ -66,6 +66,16 @@ pub const INSERT_PARAMS: &[&str] = &[
     "delay_ms",
 ];
 
+/// The expression of [`Store::first_wait_in`] over `table` (a name, or `db`.`table` quoted with
+/// [`crate::sql::ident`]): microseconds from now until its first WAIT row is due, NULL when none
+/// waits. The fleet's watch reads many shards' at once with it.
+pub fn first_wait_in_sql(table: &str) -> String {
+    format!(
+        "TIMESTAMPDIFF(MICROSECOND, NOW(3), (SELECT next_retry_time FROM {table} FORCE INDEX (idx_status_next_retry) \
+         WHERE status = 'WAIT' ORDER BY next_retry_time LIMIT 1))"
+    )
+}
+
 /// One claimed row and the claim that owns it.
 #[derive(Debug, Clone)]
 pub struct Claimed {
@@ -344,11 +354,9 @@ impl Store {
     /// waits, zero or less when one is due now. One read of the head of `idx_status_next_retry`,
     /// no lock and no transaction: what an idle scanner asks before it opens a claim round.
     pub fn first_wait_in(&self) -> Result<Option<i64>> {
-        let us: Option<Option<i64>> = self.conn()?.query_first(format!(
-            "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(3), next_retry_time) FROM {} FORCE INDEX (idx_status_next_retry) \
-             WHERE status = 'WAIT' ORDER BY next_retry_time LIMIT 1",
-            self.table
-        ))?;
+        let us: Option<Option<i64>> = self
+            .conn()?
+            .query_first(format!("SELECT {}", first_wait_in_sql(&self.table)))?;
         Ok(us.flatten())
     }
 
