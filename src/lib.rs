@@ -45,7 +45,7 @@ pub use config::{Backoff, BackoffPolicy, ClaimStrategy, Config, SentRows, KEYS};
 pub use db::connect;
 pub use error::{ConfigError, Error, Result};
 pub use event::{EventId, NewEvent, Schedule, MAX_SCHEDULE_AHEAD};
-pub use fleet::{Fleet, FleetChange, ShardState, ShardView};
+pub use fleet::{Coordination, Fleet, FleetChange, ShardState, ShardView};
 pub use host::start::{open, open_with, publisher_for, source_for};
 pub use migrate::{migrate, migrate_consumer, migrate_table, MigrationReport};
 pub use protocol::SCHEDULED_SQL;

@@ -68,6 +68,21 @@ settings! {
         read_by: Relay,
         doc: "with `shards`: how often one statement per database server reads every shard's first due row and wakes the shards that have one (0 = off: each shard scans at scan.interval.ms)",
     }
+    "shard.coordination.url" {
+        field: shard_coordination_url,
+        kind: Optional(DbUrl),
+        default: "",
+        example: "mysql://root@127.0.0.1:3306/outbox_fleet",
+        read_by: Relay,
+        doc: "with `shards`: a database where the relays configured with the same shards split them among themselves (tables outbox_fleet_member and outbox_fleet_shard, created when missing; docs/fleet.md); empty: this relay serves every shard",
+    }
+    "shard.lease.ms" {
+        field: shard_lease,
+        kind: Millis(1_000, 600_000),
+        default: "15000",
+        read_by: Relay,
+        doc: "with shard.coordination.url: how long a relay's hold on a shard lasts unrenewed (renewed every third of it); a dead relay's shards are taken over within this and a third",
+    }
     "shard.scan.interval.ms" {
         field: shard_scan_interval,
         kind: Millis(1, 3_600_000),

@@ -161,6 +161,10 @@ pub struct Config {
     /// watch); `shard.scan.interval.ms`: each shard relay's own scan interval while it watches.
     pub shard_watch: Duration,
     pub shard_scan_interval: Duration,
+    /// `shard.coordination.url`: where the relays of one fleet split its shards (`None`: this
+    /// relay serves them all); `shard.lease.ms`: how long a hold on a shard lasts unrenewed.
+    pub shard_coordination_url: Option<String>,
+    pub shard_lease: Duration,
     /// How long `outboxd run` keeps retrying a database it cannot reach at start (0 = fail at once).
     pub startup_db_wait: Duration,
     /// Largest number of connections the relay opens.
@@ -291,6 +295,8 @@ impl Config {
             shard_db_pool_max: 0,
             shard_watch: Duration::ZERO,
             shard_scan_interval: Duration::ZERO,
+            shard_coordination_url: None,
+            shard_lease: Duration::ZERO,
             startup_db_wait: Duration::ZERO,
             db_pool_max: 0,
             table: String::new(),
@@ -403,6 +409,7 @@ impl Config {
             c.scan_interval = self.shard_scan_interval;
         }
         c.shards = None;
+        c.shard_coordination_url = None;
         c
     }
 
@@ -420,6 +427,13 @@ impl Config {
         let mut out = Vec::new();
         if self.db_url.trim().is_empty() && self.shards.is_none() {
             out.push(ConfigError::invalid("db.url", "", "is required (or shards)"));
+        }
+        if let (Some(url), None) = (&self.shard_coordination_url, &self.shards) {
+            out.push(ConfigError::invalid(
+                "shard.coordination.url",
+                crate::config::redact_url(url),
+                "is set without shards: it splits the shards of a fleet among its relays",
+            ));
         }
         // The fields are public: check what goes into SQL text even when it was not set by `set`.
         if let Err(e) = table_name("table", &self.table) {

@@ -10,7 +10,12 @@
 //! removed while the others run ([`Fleet::add`], [`Fleet::remove`], [`Fleet::reload`]); a removed
 //! shard's relay stops like any relay: sends in flight finish, claimed-but-unsent rows go back to
 //! WAIT, nothing is lost or sent twice because of the removal.
+//!
+//! With `shard.coordination.url`, several relays configured with the same shards split them
+//! among themselves (`share.rs`): each serves only the shards it holds ([`ShardState::Elsewhere`]
+//! for the others) and takes over a dead relay's shards when their holds run out.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -25,7 +30,9 @@ use crate::publisher::{OutboundEvent, Publisher, SendOutcome};
 use crate::relay::{Delivery, Relay, StopReport};
 use crate::store::DeadLetter;
 
+mod share;
 mod watch;
+use share::{shard_key, Share};
 use watch::{Watch, Watched};
 
 /// First and longest wait between two starts of a shard that cannot be opened.
@@ -66,6 +73,14 @@ impl FleetBuilder {
             return Err(ConfigError::invalid("shards", "", "is empty: a fleet needs at least one shard").into());
         }
         self.config.for_shard(&specs[0]).validate()?;
+        let share = self.config.shard_coordination_url.clone().map(|url| {
+            let me = self
+                .config
+                .instance_id
+                .clone()
+                .unwrap_or_else(|| crate::relay::default_instance_id(&self.config));
+            Share::new(&self.config, url, me)
+        });
         let fleet = Fleet {
             inner: Arc::new(FleetInner {
                 base: self.config,
@@ -76,10 +91,26 @@ impl FleetBuilder {
                 stopped: AtomicBool::new(false),
                 watch: Watch::default(),
                 watcher: Mutex::new(None),
+                share,
+                sharer: Mutex::new(None),
+                change: Mutex::new(()),
             }),
         };
         for spec in specs {
             fleet.add(spec)?;
+        }
+        if fleet.inner.share.is_some() {
+            let (stop_tx, stop_rx) = bounded::<()>(0);
+            let (kick_tx, kick_rx) = bounded::<()>(1);
+            let inner = fleet.inner.clone();
+            let handle = std::thread::Builder::new()
+                .name("outbox-fleet-share".into())
+                .spawn(move || inner.share_loop(&stop_rx, &kick_rx))
+                .map_err(|source| Error::Thread {
+                    name: "outbox-fleet-share".into(),
+                    source,
+                })?;
+            *fleet.inner.sharer.lock() = Some((stop_tx, kick_tx, handle));
         }
         let every = fleet.inner.base.shard_watch;
         if !every.is_zero() {
@@ -110,6 +141,9 @@ pub enum ShardState {
     },
     /// Its relay runs.
     Running(Arc<Relay>),
+    /// Served by another relay of the fleet (`shard.coordination.url`): `owner`, or nobody
+    /// while its hold is free (the next tick of the relay it falls to takes it).
+    Elsewhere { owner: Option<String> },
 }
 
 /// One shard of a fleet as [`Fleet::shards`] shows it.
@@ -124,9 +158,27 @@ impl ShardView {
     pub fn relay(&self) -> Option<&Arc<Relay>> {
         match &self.state {
             ShardState::Running(r) => Some(r),
-            ShardState::Starting { .. } => None,
+            ShardState::Starting { .. } | ShardState::Elsewhere { .. } => None,
         }
     }
+
+    /// Whether this relay serves the shard (false while another relay of the fleet holds it).
+    pub fn is_here(&self) -> bool {
+        !matches!(self.state, ShardState::Elsewhere { .. })
+    }
+}
+
+/// How the relays of a fleet split its shards (`shard.coordination.url`), as this one sees it.
+#[derive(Debug, Clone)]
+pub struct Coordination {
+    /// This relay's id in `outbox_fleet_member`.
+    pub instance: String,
+    /// Live relays configured with the same shards, this one included, and shards nobody
+    /// holds, as of the last tick that reached the coordination database.
+    pub members: Option<usize>,
+    pub unowned: Option<usize>,
+    /// Why the last tick failed, when it did: the shards held go on being relayed meanwhile.
+    pub problem: Option<String>,
 }
 
 /// What [`Fleet::reload`] changed.
@@ -155,6 +207,12 @@ struct FleetInner {
     watch: Watch,
     /// The watch's thread and what stops it (dropping the sender), with `shard.watch.ms`.
     watcher: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    /// With `shard.coordination.url`: this relay's side of the split, and its thread (stopped by
+    /// dropping the first sender, ticked at once by the second).
+    share: Option<Share>,
+    sharer: Mutex<Option<Sharer>>,
+    /// Held by whatever changes which shards run here (add, remove, reload, a share tick).
+    change: Mutex<()>,
 }
 
 impl FleetInner {
@@ -169,15 +227,86 @@ impl FleetInner {
                     table: s.spec.table.clone(),
                     relay: r.clone(),
                 }),
-                ShardState::Starting { .. } => None,
+                ShardState::Starting { .. } | ShardState::Elsewhere { .. } => None,
             })
             .collect()
     }
+
+    /// The share thread: a tick at once, then every third of the lease or when kicked, until
+    /// `stop` disconnects.
+    fn share_loop(self: &Arc<Self>, stop: &Receiver<()>, kick: &Receiver<()>) {
+        let Some(share) = &self.share else { return };
+        loop {
+            self.share_tick(share);
+            crossbeam_channel::select! {
+                recv(stop) -> _ => return,
+                recv(kick) -> _ => {}
+                default(share.every()) => {}
+            }
+        }
+    }
+
+    /// One tick of the split: hands over what this relay should no longer serve (its relays
+    /// stopped before the holds are given up), then starts what it holds and stops what another
+    /// relay holds now.
+    fn share_tick(self: &Arc<Self>, share: &Share) {
+        let _change = self.change.lock();
+        if self.stopped.load(SeqCst) {
+            return;
+        }
+        let slots: Vec<Arc<Slot>> = self.slots.lock().clone();
+        let keys: BTreeSet<String> = slots.iter().map(|s| s.key.clone()).collect();
+        let drain = self.base.send_timeout + Duration::from_secs(1);
+        let result = share.tick(&self.base, &keys, |going| {
+            let leaving: Vec<&Arc<Slot>> = slots.iter().filter(|s| going.contains(&s.key)).collect();
+            let_go_all(&leaving, drain);
+        });
+        let Ok(holding) = result else { return };
+        let mut lost = Vec::new();
+        for slot in &slots {
+            let here = !matches!(*slot.state.lock(), ShardState::Elsewhere { .. });
+            if holding.mine.contains(&slot.key) {
+                if !here {
+                    log::info!("shard {}: held by this relay, starting it", slot.spec.name);
+                    if let Err(e) = spawn_starter(self, slot) {
+                        log::error!("shard {}: {e}", slot.spec.name);
+                    }
+                }
+            } else if here {
+                lost.push(slot);
+            }
+        }
+        if !lost.is_empty() {
+            log::warn!(
+                "fleet coordination: {} shard(s) held by another relay now; stopping them here",
+                lost.len()
+            );
+            let_go_all(&lost, drain);
+        }
+        for slot in &slots {
+            let mut state = slot.state.lock();
+            if let ShardState::Elsewhere { owner } = &mut *state {
+                *owner = holding.owners.get(&slot.key).cloned();
+            }
+        }
+    }
+
+    /// Ticks the share thread now (after the shards changed).
+    fn kick_share(&self) {
+        if let Some((_, kick, _)) = &*self.sharer.lock() {
+            let _ = kick.try_send(());
+        }
+    }
 }
+
+/// The share thread, what stops it (dropped) and what ticks it at once.
+type Sharer = (Sender<()>, Sender<()>, JoinHandle<()>);
 
 /// One shard: its state and the thread that starts its relay.
 struct Slot {
     spec: ShardSpec,
+    /// The shard's key in `outbox_fleet_shard` (its server, database and table).
+    key: String,
     state: Mutex<ShardState>,
     /// Set when the shard is removed or the fleet stops; the starter then starts nothing more.
     removed: AtomicBool,
@@ -217,8 +346,20 @@ impl Fleet {
         let state = slot.state.lock();
         match &*state {
             ShardState::Running(r) => Some(r.clone()),
-            ShardState::Starting { .. } => None,
+            ShardState::Starting { .. } | ShardState::Elsewhere { .. } => None,
         }
+    }
+
+    /// How this relay and the others split the shards, with `shard.coordination.url`.
+    pub fn coordination(&self) -> Option<Coordination> {
+        let share = self.inner.share.as_ref()?;
+        let last = share.last_seen();
+        Some(Coordination {
+            instance: share.me.clone(),
+            members: last.map(|l| l.0),
+            unowned: last.map(|l| l.1),
+            problem: share.problem(),
+        })
     }
 
     /// Each database server (`host:port`) whose watch statement failed at its last tick, and
@@ -235,6 +376,13 @@ impl Fleet {
     /// Starts relaying `shard` (in the background: see [`ShardState`]). Refused when the fleet
     /// has stopped or already serves a shard of that name.
     pub fn add(&self, shard: ShardSpec) -> Result<()> {
+        let _change = self.inner.change.lock();
+        self.add_unlocked(shard)?;
+        self.inner.kick_share();
+        Ok(())
+    }
+
+    fn add_unlocked(&self, shard: ShardSpec) -> Result<()> {
         if self.inner.stopped.load(SeqCst) {
             return Err(Error::Stopped);
         }
@@ -243,27 +391,17 @@ impl Fleet {
             return Err(ConfigError::invalid("shards", &shard.name, "is already served by this fleet").into());
         }
         crate::config::table_name("shards", &shard.table)?;
-        let (wake_tx, wake_rx) = bounded::<()>(0);
         let slot = Arc::new(Slot {
+            key: shard_key(&shard),
             spec: shard,
-            state: Mutex::new(ShardState::Starting {
-                attempts: 0,
-                last_error: None,
-                since: Instant::now(),
-            }),
+            state: Mutex::new(ShardState::Elsewhere { owner: None }),
             removed: AtomicBool::new(false),
-            wake: Mutex::new(Some(wake_tx)),
+            wake: Mutex::new(None),
             starter: Mutex::new(None),
         });
-        let (inner, s) = (self.inner.clone(), slot.clone());
-        let handle = std::thread::Builder::new()
-            .name(format!("outbox-shard-{}", slot.spec.name))
-            .spawn(move || start_until_running(&inner, &s, wake_rx))
-            .map_err(|source| Error::Thread {
-                name: format!("outbox-shard-{}", slot.spec.name),
-                source,
-            })?;
-        *slot.starter.lock() = Some(handle);
+        if self.inner.share.is_none() {
+            spawn_starter(&self.inner, &slot)?;
+        }
         slots.push(slot);
         Ok(())
     }
@@ -271,6 +409,13 @@ impl Fleet {
     /// Stops relaying the shard `name` (its sends in flight finish within `drain`; what it
     /// claimed and did not send goes back to WAIT). `None` when the fleet has no such shard.
     pub fn remove(&self, name: &str, drain: Duration) -> Option<StopReport> {
+        let _change = self.inner.change.lock();
+        let report = self.remove_unlocked(name, drain);
+        self.inner.kick_share();
+        report
+    }
+
+    fn remove_unlocked(&self, name: &str, drain: Duration) -> Option<StopReport> {
         let slot = {
             let mut slots = self.inner.slots.lock();
             let i = slots.iter().position(|s| s.spec.name == name)?;
@@ -283,6 +428,13 @@ impl Fleet {
     /// listed (their relays stopped with `drain`, in parallel), and replaces a shard whose URL or
     /// table changed. The shards left alone are not touched.
     pub fn reload(&self, shards: Vec<ShardSpec>, drain: Duration) -> Result<FleetChange> {
+        let _change = self.inner.change.lock();
+        let result = self.reload_unlocked(shards, drain);
+        self.inner.kick_share();
+        result
+    }
+
+    fn reload_unlocked(&self, shards: Vec<ShardSpec>, drain: Duration) -> Result<FleetChange> {
         let mut change = FleetChange::default();
         let current: Vec<ShardSpec> = self.shards().into_iter().map(|v| v.spec).collect();
         let mut gone = Vec::new();
@@ -301,14 +453,14 @@ impl Fleet {
         }
         std::thread::scope(|s| {
             for name in &gone {
-                s.spawn(move || self.remove(name, drain));
+                s.spawn(move || self.remove_unlocked(name, drain));
             }
         });
         for new in shards {
             let was = current.iter().any(|c| c.name == new.name);
             if !was || change.replaced.contains(&new.name) {
                 let name = new.name.clone();
-                self.add(new)?;
+                self.add_unlocked(new)?;
                 if !was {
                     change.added.push(name);
                 }
@@ -335,6 +487,10 @@ impl Fleet {
             drop(stop);
             let _ = handle.join();
         }
+        if let Some((stop, kick, handle)) = self.inner.sharer.lock().take() {
+            drop((stop, kick));
+            let _ = handle.join();
+        }
         let slots: Vec<Arc<Slot>> = std::mem::take(&mut *self.inner.slots.lock());
         let reports = std::thread::scope(|s| {
             let handles: Vec<_> = slots
@@ -343,6 +499,9 @@ impl Fleet {
                 .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).collect()
         });
+        if let Some(share) = &self.inner.share {
+            share.leave(&self.inner.base);
+        }
         self.inner.publisher.shutdown();
         reports
     }
@@ -377,8 +536,43 @@ fn retire(slot: &Slot, drain: Duration) -> StopReport {
             log::info!("shard {}: stopped ({report:?})", slot.spec.name);
             report
         }
-        ShardState::Starting { .. } => StopReport::default(),
+        ShardState::Starting { .. } | ShardState::Elsewhere { .. } => StopReport::default(),
     }
+}
+
+/// Stops the relays of `slots` (in parallel, each with `drain`) and marks them served elsewhere:
+/// another relay of the fleet holds them, or will.
+fn let_go_all(slots: &[&Arc<Slot>], drain: Duration) {
+    std::thread::scope(|s| {
+        for slot in slots {
+            s.spawn(move || {
+                retire(slot, drain);
+                *slot.state.lock() = ShardState::Elsewhere { owner: None };
+            });
+        }
+    });
+}
+
+/// Starts the starter thread of `slot`: its relay runs once its database can be opened.
+fn spawn_starter(inner: &Arc<FleetInner>, slot: &Arc<Slot>) -> Result<()> {
+    let (wake_tx, wake_rx) = bounded::<()>(0);
+    slot.removed.store(false, SeqCst);
+    *slot.state.lock() = ShardState::Starting {
+        attempts: 0,
+        last_error: None,
+        since: Instant::now(),
+    };
+    *slot.wake.lock() = Some(wake_tx);
+    let (inner, s) = (inner.clone(), slot.clone());
+    let handle = std::thread::Builder::new()
+        .name(format!("outbox-shard-{}", slot.spec.name))
+        .spawn(move || start_until_running(&inner, &s, wake_rx))
+        .map_err(|source| Error::Thread {
+            name: format!("outbox-shard-{}", slot.spec.name),
+            source,
+        })?;
+    *slot.starter.lock() = Some(handle);
+    Ok(())
 }
 
 /// The starter thread of a shard: starts its relay, again and again with backoff while it
@@ -415,7 +609,7 @@ fn start_until_running(inner: &FleetInner, slot: &Slot, wake: Receiver<()>) {
                 let mut state = slot.state.lock();
                 let since = match &*state {
                     ShardState::Starting { since, .. } => *since,
-                    ShardState::Running(_) => Instant::now(),
+                    ShardState::Running(_) | ShardState::Elsewhere { .. } => Instant::now(),
                 };
                 *state = ShardState::Starting {
                     attempts,

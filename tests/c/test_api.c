@@ -137,6 +137,13 @@ static void test_conf_unknown_key_and_invalid_value_are_distinct(void) {
   CHECK(strstr(err, "shards") != NULL && strstr(err, "runs backwards") != NULL && strstr(err, "pw1") == NULL);
   CHECK_RC(outbox_conf_set(c, "shard.db.pool.max", "0", err, sizeof err), OUTBOX_ERR_INVALID_VALUE);
   CHECK(strstr(err, "shard.db.pool.max") != NULL);
+  /* Relays splitting a fleet: the coordination database's URL is checked, its password hidden. */
+  CHECK_RC(outbox_conf_set(c, "shard.coordination.url", "mysql://u:pw9@h:port/x", err, sizeof err),
+           OUTBOX_ERR_INVALID_VALUE);
+  CHECK(strstr(err, "shard.coordination.url") != NULL && strstr(err, "pw9") == NULL);
+  CHECK_RC(outbox_conf_set(c, "shard.lease.ms", "999", err, sizeof err), OUTBOX_ERR_INVALID_VALUE);
+  CHECK(strstr(err, "shard.lease.ms") != NULL && strstr(err, "999") != NULL);
+  CHECK_OK(outbox_conf_set(c, "shard.lease.ms", "15000", err, sizeof err));
   /* errstr may be NULL, or too small: it is truncated and stays NUL-terminated. */
   CHECK_RC(outbox_conf_set(c, "nope", "1", NULL, 0), OUTBOX_ERR_UNKNOWN_KEY);
   char tiny[8];

@@ -48,6 +48,11 @@ const BAD_VALUES: &[(&str, &[&str])] = &[
     ("shard.scan.interval.ms", &["0", "3600001", "slow"]),
     ("shard.db.pool.max", &["0", "1025", "two"]),
     (
+        "shard.coordination.url",
+        &["not a url", "postgres://root@127.0.0.1:5432/x", "mysql://root@127.0.0.1:port/x"],
+    ),
+    ("shard.lease.ms", &["999", "600001", "long"]),
+    (
         "table",
         &[
             "",

@@ -1063,11 +1063,13 @@ fn the_shipped_alerts_and_dashboard_name_only_metrics_of_a_live_scrape() {
     );
     let (code, relay_scrape) = http_get(port, "/metrics").unwrap();
     assert_eq!(code, 200);
-    // The same table as a fleet of one shard, for the series only a fleet has.
+    // The same table as a fleet of one shard, split through its own database, for the series
+    // only a fleet (and relays splitting one) have.
     let fleet_port = free_port();
     let mut c = outboxd(&db);
     c.env_remove("OUTBOX_DB_URL")
         .env("OUTBOX_SHARDS", &db.url)
+        .env("OUTBOX_SHARD_COORDINATION_URL", &db.url)
         .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{fleet_port}"))
         .env("OUTBOX_TOPIC", &topic)
         .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876")
@@ -1079,7 +1081,7 @@ fn the_shipped_alerts_and_dashboard_name_only_metrics_of_a_live_scrape() {
     assert!(
         wait_until(Duration::from_secs(60), || {
             fleet_scrape = http_get(fleet_port, "/metrics").map(|r| r.1).unwrap_or_default();
-            fleet_scrape.contains("outbox_sent_total{shard=")
+            fleet_scrape.contains("outbox_sent_total{shard=") && fleet_scrape.contains("outbox_fleet_members 1")
         }),
         "the fleet's scrape never showed its shard:\n{fleet_scrape}"
     );
@@ -1598,5 +1600,104 @@ fn run_over_a_fleet_labels_each_shard_names_a_missing_one_and_re_reads_shards_on
     assert_eq!(exit_code(&mut child, Duration::from_secs(30)), Some(0));
     let err = lines.all().join("\n");
     assert!(err.contains("stopped 2 shards"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two `outboxd run` over one fleet with `shard.coordination.url`: they split its shards (each
+/// names its part in /healthz and /metrics), one is SIGKILLed, and the other takes its shards over
+/// when their holds run out: every event of every shard, before and after the kill, ends SUCCESS.
+#[cfg(feature = "rocketmq")]
+#[test]
+fn two_outboxd_split_a_fleet_and_the_shards_of_one_killed_are_taken_over() {
+    let _shared = crate::rocketmq_e2e::BROKER_LOCK.read();
+    crate::rocketmq_e2e::ensure_broker();
+    let shards = crate::fleet::Shards::new("d_share", 4, &[]);
+    let coord = crate::support::TestDb::empty("d_share_c");
+    let server = crate::support::server_url();
+    let dir = std::env::temp_dir().join(format!("outbox-share-{}", shards.base));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("outbox.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "shards = \"{server}/{}_{{0..3}}\"\n\"shard.coordination.url\" = \"{}\"\n\"shard.lease.ms\" = 2000\n",
+            shards.base, coord.url
+        ),
+    )
+    .unwrap();
+    let start = |id: &str, port: u16| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
+        c.env_remove("OUTBOX_DB_URL")
+            .env("RUST_LOG", "info")
+            .env("OUTBOX_SENT_ROWS", "keep")
+            .env("OUTBOX_INSTANCE_ID", id)
+            .env("OUTBOX_TOPIC", format!("T_{}", shards.base))
+            .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876")
+            .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{port}"))
+            .arg("--config")
+            .arg(&file)
+            .arg("run")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let mut a = start("share-a", pa);
+    let mut b = start("share-b", pb);
+    let mut lines_b = Lines::of(&mut b);
+    let _lines_a = Lines::of(&mut a);
+    let healthz = |port| http_get(port, "/healthz").map(|(_, body)| body).unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(60), || healthz(pa)
+            .starts_with("shards=4 here=2 relays=2")
+            && healthz(pb).starts_with("shards=4 here=2 relays=2")),
+        "not split: a {:?}, b {:?}",
+        healthz(pa),
+        healthz(pb)
+    );
+    for i in 0..4 {
+        shards.enqueue(i, &format!("s{i}"), 20);
+    }
+    assert!(
+        wait_until(Duration::from_secs(120), || (0..4)
+            .all(|i| shards.count(i, "SUCCESS") == 20)),
+        "the split fleet did not relay"
+    );
+    let (_, metrics) = http_get(pa, "/metrics").unwrap();
+    for line in [
+        "outbox_fleet_members 2",
+        "outbox_fleet_shards_here 2",
+        "outbox_fleet_shards_unowned 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from /metrics:\n{metrics}");
+    }
+
+    // a dies without a word: b takes its shards when their holds (2 s) run out.
+    a.kill().unwrap();
+    let _ = a.wait();
+    for i in 0..4 {
+        shards.enqueue(i, &format!("t{i}"), 10);
+    }
+    assert!(
+        wait_until(Duration::from_secs(60), || healthz(pb)
+            .starts_with("shards=4 here=4 relays=1")),
+        "b did not take over: {:?}",
+        healthz(pb)
+    );
+    assert!(
+        wait_until(Duration::from_secs(120), || (0..4)
+            .all(|i| shards.count(i, "SUCCESS") == 30)),
+        "events of the killed relay's shards were not relayed"
+    );
+    signal(&b, "TERM");
+    assert_eq!(exit_code(&mut b, Duration::from_secs(30)), Some(0));
+    assert!(lines_b.wait_for("left; its shards are free", Duration::from_secs(5)));
+    let held: u64 = coord
+        .conn()
+        .query_first("SELECT COUNT(*) FROM outbox_fleet_shard WHERE owner <> ''")
+        .unwrap()
+        .unwrap();
+    assert_eq!(held, 0);
     let _ = std::fs::remove_dir_all(&dir);
 }

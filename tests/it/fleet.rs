@@ -51,12 +51,12 @@ impl Shards {
         outbox::migrate(&self.pool(i)).unwrap();
     }
 
-    fn pool(&self, i: usize) -> Pool {
+    pub(crate) fn pool(&self, i: usize) -> Pool {
         Pool::new(Opts::from_url(&format!("{}/{}", server_url(), self.name(i))).unwrap()).unwrap()
     }
 
     /// The fleet's configuration over `<base>_{from..to}`, with test timings.
-    fn config(&self, from: usize, to: usize) -> Config {
+    pub(crate) fn config(&self, from: usize, to: usize) -> Config {
         Config {
             shards: Some(format!("{}/{}_{{{from}..{to}}}", server_url(), self.base)),
             scan_interval: Duration::from_millis(50),
@@ -100,7 +100,7 @@ impl Drop for Shards {
 }
 
 /// Sends per business key (ids repeat across shards; the keys here do not).
-fn sends_by_key(rec: &Recorder) -> HashMap<String, usize> {
+pub(crate) fn sends_by_key(rec: &Recorder) -> HashMap<String, usize> {
     let mut m = HashMap::new();
     for e in rec.sent_events.lock().iter() {
         *m.entry(e.biz_no.clone()).or_insert(0) += 1;

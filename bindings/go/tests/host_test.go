@@ -251,4 +251,16 @@ func TestShardKeysAreCheckedAndARelayPointsToTheFleet(t *testing.T) {
 	if !errors.Is(err, outbox.ErrInvalidValue) || !strings.Contains(err.Error(), "fleet") {
 		t.Fatalf("a relay given shards: %v", err)
 	}
+	// Relays splitting a fleet: the lease is bounded, the coordination URL's password hidden.
+	_, err = outbox.Start(outbox.Config{Settings: map[string]string{
+		"db.url": dbURL, "publisher": "none", "shard.lease.ms": "999"}})
+	if !errors.Is(err, outbox.ErrInvalidValue) || !strings.Contains(err.Error(), "shard.lease.ms") {
+		t.Fatalf("a lease under a second: %v", err)
+	}
+	_, err = outbox.Start(outbox.Config{Settings: map[string]string{
+		"db.url": dbURL, "publisher": "none", "shard.coordination.url": "mysql://u:pw9@h:port/x"}})
+	if !errors.Is(err, outbox.ErrInvalidValue) || !strings.Contains(err.Error(), "shard.coordination.url") ||
+		strings.Contains(err.Error(), "pw9") {
+		t.Fatalf("a bad coordination URL: %v", err)
+	}
 }

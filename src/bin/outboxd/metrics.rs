@@ -159,6 +159,7 @@ impl Collector for RelayCollector {
             let shards = fleet.shards();
             let up = shards
                 .iter()
+                .filter(|v| v.is_here())
                 .map(|v| {
                     let running = matches!(v.state, ShardState::Running(_));
                     (
@@ -170,9 +171,37 @@ impl Collector for RelayCollector {
             family(
                 &mut enc,
                 "outbox_shard_up",
-                "1 while the shard's relay runs, 0 while it cannot be started (/healthz says why)",
+                "1 while the shard's relay runs, 0 while it cannot be started (/healthz says why); with shard.coordination.url only the shards this relay holds",
                 up,
             )?;
+            if let Some(c) = fleet.coordination() {
+                gauge(
+                    &mut enc,
+                    "outbox_fleet_coordination_failing",
+                    "1 while the coordination database (shard.coordination.url) cannot be reached: the shards held are relayed, none is taken over (/healthz says why)",
+                    if c.problem.is_some() { 1.0 } else { 0.0 },
+                )?;
+                if let (Some(members), Some(unowned)) = (c.members, c.unowned) {
+                    gauge(
+                        &mut enc,
+                        "outbox_fleet_members",
+                        "Live relays configured with the same shards, this one included (at the last coordination tick)",
+                        members as f64,
+                    )?;
+                    gauge(
+                        &mut enc,
+                        "outbox_fleet_shards_unowned",
+                        "Shards no relay of the fleet holds (at the last coordination tick)",
+                        unowned as f64,
+                    )?;
+                }
+                gauge(
+                    &mut enc,
+                    "outbox_fleet_shards_here",
+                    "Shards this relay holds and serves",
+                    shards.iter().filter(|v| v.is_here()).count() as f64,
+                )?;
+            }
             gauge(
                 &mut enc,
                 "outbox_shards",
@@ -442,7 +471,9 @@ pub fn serve(addr: &str, target: Arc<Target>, latency: Latency) -> std::io::Resu
         })
 }
 
-/// A fleet's health: 200 while the broker is up and some shard relays, 503 otherwise. A shard
+/// A fleet's health: 200 while the broker is up and some shard relays, 503 otherwise (with
+/// `shard.coordination.url`: a relay that holds no shard is healthy while it reaches the
+/// coordination database: the others serve them all). A shard
 /// that cannot be started, or whose relay reports its database down, stalled or paused, is named
 /// on a line of its own either way (one shard down does not make the whole fleet unhealthy: its
 /// `outbox_shard_up` is 0 and the alert rules name it).
@@ -450,9 +481,11 @@ pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
     let shards = fleet.shards();
     let mut lines = Vec::new();
     let (mut healthy, mut broker, mut running) = (0, false, 0);
+    let coordination = fleet.coordination();
     for v in &shards {
         let name = &v.spec.name;
         match &v.state {
+            ShardState::Elsewhere { .. } => {}
             ShardState::Starting {
                 attempts, last_error, ..
             } => lines.push(match last_error {
@@ -482,9 +515,27 @@ pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
             "watch of server {server}: {why} (its shards scan every shard.scan.interval.ms meanwhile)"
         ));
     }
+    let here = shards.iter().filter(|v| v.is_here()).count();
+    if let Some(c) = &coordination {
+        if let Some(why) = &c.problem {
+            lines.push(format!(
+                "coordination: {why} (the shards held are relayed, none is taken over)"
+            ));
+        }
+        if let Some(n) = c.unowned.filter(|n| *n > 0) {
+            lines.push(format!("coordination: {n} shard(s) held by no relay yet"));
+        }
+    }
     let mut body = format!(
-        "shards={} healthy={} broker={}\n",
+        "shards={}{} healthy={} broker={}\n",
         shards.len(),
+        match &coordination {
+            Some(c) => format!(
+                " here={here} relays={}",
+                c.members.map_or("unknown".into(), |m| m.to_string())
+            ),
+            None => String::new(),
+        },
         healthy,
         // Only a running relay knows the broker.
         match (running, broker) {
@@ -497,5 +548,10 @@ pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
         body.push_str(&l);
         body.push('\n');
     }
-    (if broker && healthy > 0 { 200 } else { 503 }, body)
+    let ok = match &coordination {
+        // Holding nothing while the others hold everything is a healthy spare.
+        Some(c) if here == 0 => c.problem.is_none(),
+        _ => broker && healthy > 0,
+    };
+    (if ok { 200 } else { 503 }, body)
 }

@@ -128,6 +128,16 @@ public class HostErgonomicsTest {
         String listed = new OutboxConfig().set("shards", "mysql://a:pw1@h/x, mysql://b:pw2@h/y_{0..1}").toString();
         assertFalse(listed, listed.contains("pw1") || listed.contains("pw2"));
         assertTrue(listed, listed.contains("mysql://a:***@h/x") && listed.contains("mysql://b:***@h/y_{0..1}"));
+        // Relays splitting a fleet: the coordination URL checked and masked like db.url, the lease bounded.
+        OutboxConfigException coord = assertThrows(OutboxConfigException.class,
+                () -> new OutboxConfig().set("shard.coordination.url", "mysql://u:pw9@h:port/x"));
+        assertTrue(coord.getMessage(), coord.getMessage().contains("shard.coordination.url"));
+        assertFalse(coord.getMessage(), coord.getMessage().contains("pw9"));
+        String shown = new OutboxConfig().set("shard.coordination.url", "mysql://u:pw9@h:3306/x").toString();
+        assertFalse(shown, shown.contains("pw9"));
+        OutboxConfigException lease = assertThrows(OutboxConfigException.class,
+                () -> new OutboxConfig().set("shard.lease.ms", "999"));
+        assertTrue(lease.getMessage(), lease.getMessage().contains("shard.lease.ms"));
         OutboxConfig c = db.config().set("shard.workers", "2").set("shards", "mysql://root@127.0.0.1:3306/o_{0..3}");
         OutboxConfigException e = assertThrows(OutboxConfigException.class, () -> Outbox.start(c));
         assertTrue(e.getMessage(), e.getMessage().contains("shards") && e.getMessage().contains("fleet"));
