@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
-use mysql::{Opts, Pool};
+
 use parking_lot::Mutex;
 
 use outbox::rocketmq::RocketMqPublisher;
@@ -32,8 +32,10 @@ use outbox::{Config, Fleet, NewEvent, Publisher, Relay};
 
 mod support;
 use support::{at_least_one, server_cpu, server_pid};
+#[path = "support/shards.rs"]
+mod shards;
+use shards::{server, Dbs};
 
-const SERVER: &str = "mysql://root@127.0.0.1:3306";
 const NAMESRV: &str = "127.0.0.1:9876";
 const PREFIX: &str = "outbox_bench_fleet";
 
@@ -88,75 +90,6 @@ fn args() -> Args {
         }
     }
     a
-}
-
-fn server() -> Pool {
-    Pool::new(Opts::from_url(SERVER).unwrap()).unwrap()
-}
-
-/// `n` databases `<PREFIX>_<tag>_<i>` with the outbox's tables, made from one migrated database.
-struct Dbs {
-    names: Vec<String>,
-}
-
-impl Dbs {
-    fn new(tag: &str, n: usize) -> Dbs {
-        let mut c = server().get_conn().unwrap();
-        let names: Vec<String> = (0..n).map(|i| format!("{PREFIX}_{tag}_{i}")).collect();
-        for name in &names {
-            c.query_drop(format!("DROP DATABASE IF EXISTS {name}")).unwrap();
-        }
-        let first = &names[0];
-        c.query_drop(format!("CREATE DATABASE {first}")).unwrap();
-        outbox::migrate(&Pool::new(Opts::from_url(&format!("{SERVER}/{first}")).unwrap()).unwrap()).unwrap();
-        let tables: Vec<String> = c
-            .query(format!(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = '{first}'"
-            ))
-            .unwrap();
-        for name in &names[1..] {
-            c.query_drop(format!("CREATE DATABASE {name}")).unwrap();
-            for t in &tables {
-                c.query_drop(format!("CREATE TABLE {name}.{t} LIKE {first}.{t}"))
-                    .unwrap();
-                c.query_drop(format!("INSERT INTO {name}.{t} SELECT * FROM {first}.{t}"))
-                    .unwrap();
-            }
-        }
-        Dbs { names }
-    }
-
-    fn url(&self, i: usize) -> String {
-        format!("{SERVER}/{}", self.names[i])
-    }
-
-    fn shards(&self, range: std::ops::Range<usize>) -> String {
-        range.map(|i| self.url(i)).collect::<Vec<_>>().join(" ")
-    }
-
-    /// `n` events committed in shard `i`, 500 per transaction.
-    fn fill(&self, i: usize, n: usize) {
-        let pool = Pool::new(Opts::from_url(&self.url(i)).unwrap()).unwrap();
-        let mut conn = pool.get_conn().unwrap();
-        let payload = format!("{{\"note\":\"{}\"}}", "x".repeat(180));
-        for start in (0..n).step_by(500) {
-            let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
-            for k in start..(start + 500).min(n) {
-                let e = NewEvent::new(format!("ORD-{i}-{k}"), "ORDER_CREATED", payload.clone());
-                outbox::enqueue_in_tx(&mut tx, &e).unwrap();
-            }
-            tx.commit().unwrap();
-        }
-    }
-}
-
-impl Drop for Dbs {
-    fn drop(&mut self) {
-        let mut c = server().get_conn().unwrap();
-        for name in &self.names {
-            let _ = c.query_drop(format!("DROP DATABASE IF EXISTS {name}"));
-        }
-    }
 }
 
 fn config(topic: &str) -> Config {
@@ -240,8 +173,8 @@ fn drain(a: &Args) {
         "== drain: {total} events, one relay on one database and a fleet of {} shards, taking turns for {} rounds",
         a.shards, a.rounds
     );
-    let one = Dbs::new("one", 1);
-    let dbs = Dbs::new("drain", a.shards);
+    let one = Dbs::new(PREFIX, "one", 1);
+    let dbs = Dbs::new(PREFIX, "drain", a.shards);
     let (mut ones, mut fleets) = (Vec::new(), Vec::new());
     for round in 0..a.rounds {
         one.fill(0, total);
@@ -313,7 +246,7 @@ fn idle_and_hot(a: &Args, pid: u32) {
         "== idle: {n} shards; then shard 0 with a backlog of {} while the others get {} fresh events/s",
         a.hot, a.probe_rate
     );
-    let dbs = Dbs::new("idle", n);
+    let dbs = Dbs::new(PREFIX, "idle", n);
     let (cpu0, q0) = idle_cost(pid, a.idle_secs);
     println!(
         "no relay                        MariaDB {:>5.1} % of a core, {q0:>7.0} queries/s",

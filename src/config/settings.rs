@@ -72,7 +72,6 @@ settings! {
         field: shard_coordination_url,
         kind: Optional(DbUrl),
         default: "",
-        example: "mysql://root@127.0.0.1:3306/outbox_fleet",
         read_by: Relay,
         doc: "with `shards`: a database where the relays configured with the same shards split them among themselves (tables outbox_fleet_member and outbox_fleet_shard, created when missing; docs/fleet.md); empty: this relay serves every shard",
     }

@@ -45,16 +45,18 @@ impl Consumed {
 pub struct ReadBack {
     /// Every message, in the order received (duplicates included).
     pub messages: Vec<Consumed>,
-    /// Distinct `eventId`s seen.
+    /// Distinct keys seen (`eventId`s, or the property [`read_topic_by`] was given).
     pub distinct: usize,
+    /// Messages that carry the key.
+    pub keyed: usize,
     /// Whether the deadline passed before `expected` distinct events arrived.
     pub timed_out: bool,
 }
 
 impl ReadBack {
-    /// Messages received more than once (by `eventId`): total minus distinct.
+    /// Messages received more than once (by their key): keyed messages minus distinct keys.
     pub fn duplicates(&self) -> usize {
-        self.messages.iter().filter(|m| m.event_id().is_some()).count() - self.distinct
+        self.keyed - self.distinct
     }
 }
 
@@ -62,6 +64,18 @@ impl ReadBack {
 /// `eventId`s arrived and one more poll brings nothing (so late duplicates are counted too),
 /// or until `deadline` passes.
 pub fn read_topic(namesrv: &str, topic: &str, expected: usize, deadline: Duration) -> Result<ReadBack, String> {
+    read_topic_by(namesrv, topic, expected, deadline, wire::EVENT_ID)
+}
+
+/// [`read_topic`] with events told apart by the property `key` (`bizNo` where ids repeat: a
+/// fleet's shards each number their rows from 1).
+pub fn read_topic_by(
+    namesrv: &str,
+    topic: &str,
+    expected: usize,
+    deadline: Duration,
+    key: &'static str,
+) -> Result<ReadBack, String> {
     let end = Instant::now() + deadline;
     let (owner, telemetry, rt) = super::runtime::client_runtime("outbox-test-consumer", "outbox-test-consumer")
         .map_err(|(what, e)| format!("{what}: {e}"))?;
@@ -77,15 +91,16 @@ pub fn read_topic(namesrv: &str, topic: &str, expected: usize, deadline: Duratio
     let result = owner.block_on(async {
         consumer.subscribe(topic).await.map_err(|e| describe(&e))?;
         consumer.start().await.map_err(|e| describe(&e))?;
-        let event_id = CheetahString::from_static_str(wire::EVENT_ID);
+        let key = CheetahString::from_static_str(key);
         let mut seen = HashSet::new();
         let mut out = ReadBack::default();
         loop {
             let batch = consumer.poll_with_timeout(1000).await;
             let empty = batch.is_empty();
             for m in batch {
-                if let Some(id) = m.property(&event_id) {
+                if let Some(id) = m.property(&key) {
                     seen.insert(id.to_string());
+                    out.keyed += 1;
                 }
                 out.messages.push(Consumed {
                     msg_id: m.msg_id().to_string(),

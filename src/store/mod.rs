@@ -67,7 +67,7 @@ pub const INSERT_PARAMS: &[&str] = &[
 ];
 
 /// The expression of [`Store::first_wait_in`] over `table` (a name, or `db`.`table` quoted with
-/// [`crate::sql::ident`]): microseconds from now until its first WAIT row is due, NULL when none
+/// `sql::ident`): microseconds from now until its first WAIT row is due, NULL when none
 /// waits. The fleet's watch reads many shards' at once with it.
 pub fn first_wait_in_sql(table: &str) -> String {
     format!(
