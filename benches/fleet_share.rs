@@ -102,8 +102,9 @@ fn main() {
     }
 }
 
-/// `--serve INSTANCE TOPIC COORD LEASE_MS SHARDS [SET...]`: one relay of the fleet, until its
-/// stdin closes (then it stops and gives its shards up) or it is killed.
+/// `--serve INSTANCE TOPIC COORD LEASE_MS SHARDS [SET...]`: one relay of the fleet (COORD `-`:
+/// no coordination, it serves every shard), until its stdin closes (then it stops and gives its
+/// shards up) or it is killed.
 fn serve(args: &[String]) {
     let [instance, topic, coord, lease, shards, sets @ ..] = args else {
         panic!("--serve INSTANCE TOPIC COORD LEASE_MS SHARDS [SET...]")
@@ -111,7 +112,7 @@ fn serve(args: &[String]) {
     let mut c = Config {
         topic: topic.clone(),
         shards: Some(shards.clone()),
-        shard_coordination_url: Some(coord.clone()),
+        shard_coordination_url: (coord != "-").then(|| coord.clone()),
         instance_id: Some(instance.clone()),
         sent_rows: outbox::SentRows::Keep,
         ..Config::default()
@@ -126,6 +127,23 @@ fn serve(args: &[String]) {
     let fleet = Fleet::builder(c, publisher).start().unwrap();
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
     fleet.stop(Duration::from_secs(10));
+}
+
+/// The most connections the relays hold on the shards' server, sampled every 200 ms until `done`.
+fn sample_connections(done: Arc<AtomicBool>, most: Arc<AtomicUsize>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut c = server().get_conn().unwrap();
+        while !done.load(Relaxed) {
+            let n: u64 = c
+                .query_first(format!(
+                    "SELECT COUNT(*) FROM information_schema.processlist WHERE db LIKE '{PREFIX}\\_s\\_%'"
+                ))
+                .unwrap()
+                .unwrap();
+            most.fetch_max(n as usize, Relaxed);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })
 }
 
 struct Relays {
@@ -186,6 +204,27 @@ fn run(a: &Args) -> bool {
         "== {} relays splitting {} shards (shard.lease.ms {}), {} events/s for {} s, one relay SIGKILLed every {} s",
         a.relays, a.shards, a.lease_ms, a.rate, a.secs, a.kill_every
     );
+    // First, for comparison: the same relays without coordination, each serving every shard.
+    let alone_most = {
+        let mut alone = Relays {
+            args: [topic.clone(), "-".into(), a.lease_ms.to_string(), dbs.shards(0..a.shards)]
+                .into_iter()
+                .chain(a.sets.iter().cloned())
+                .collect(),
+            children: Vec::new(),
+            started: 0,
+        };
+        let (done, most) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+        let sampler = sample_connections(done.clone(), most.clone());
+        for slot in 0..a.relays {
+            alone.spawn(slot);
+        }
+        std::thread::sleep(Duration::from_secs(15));
+        done.store(true, Relaxed);
+        sampler.join().unwrap();
+        alone.stop();
+        most.load(Relaxed)
+    };
     let mut relays = Relays {
         args: [topic.clone(), coord_url, a.lease_ms.to_string(), dbs.shards(0..a.shards)]
             .into_iter()
@@ -198,26 +237,9 @@ fn run(a: &Args) -> bool {
         relays.spawn(slot);
     }
 
-    // The most connections the relays hold on the server, sampled every 200 ms.
     let done = Arc::new(AtomicBool::new(false));
     let most = Arc::new(AtomicUsize::new(0));
-    let sampler = {
-        let (done, most) = (done.clone(), most.clone());
-        std::thread::spawn(move || {
-            let mut c = server().get_conn().unwrap();
-            while !done.load(Relaxed) {
-                let n: u64 = c
-                    .query_first(format!(
-                        "SELECT COUNT(*) FROM information_schema.processlist WHERE db LIKE '{PREFIX}\\_s\\_%'"
-                    ))
-                    .unwrap()
-                    .unwrap();
-                most.fetch_max(n as usize, Relaxed);
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        })
-    };
-
+    let sampler = sample_connections(done.clone(), most.clone());
     // The writer: `rate` events a second, one per transaction, each on a random shard.
     let committed: Vec<Vec<String>> = std::thread::scope(|s| {
         let writer = s.spawn(|| {
@@ -350,9 +372,10 @@ fn run(a: &Args) -> bool {
         unexplained.len()
     );
     println!(
-        "connections of the relays on the server: at most {} ({} shards split {} ways)",
+        "connections of the relays on the server: at most {} with the {} shards split {} ways; {alone_most} when each of the {} relays served every shard (15 s without coordination, before the run)",
         most.load(Relaxed),
         a.shards,
+        a.relays,
         a.relays
     );
     let _ = server().get_conn().unwrap().query_drop(format!("DROP DATABASE IF EXISTS {coord}"));
