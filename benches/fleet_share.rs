@@ -120,7 +120,9 @@ fn serve(args: &[String]) {
     c.rocketmq.namesrv = NAMESRV.into();
     c.set("shard.lease.ms", lease).unwrap();
     for kv in sets {
-        let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("--set {kv}: expected KEY=VALUE"));
+        let (k, v) = kv
+            .split_once('=')
+            .unwrap_or_else(|| panic!("--set {kv}: expected KEY=VALUE"));
         c.set(k, v).unwrap_or_else(|e| panic!("--set {kv}: {e}"));
     }
     let publisher = Arc::new(RocketMqPublisher::start(&c).unwrap());
@@ -207,10 +209,15 @@ fn run(a: &Args) -> bool {
     // First, for comparison: the same relays without coordination, each serving every shard.
     let alone_most = {
         let mut alone = Relays {
-            args: [topic.clone(), "-".into(), a.lease_ms.to_string(), dbs.shards(0..a.shards)]
-                .into_iter()
-                .chain(a.sets.iter().cloned())
-                .collect(),
+            args: [
+                topic.clone(),
+                "-".into(),
+                a.lease_ms.to_string(),
+                dbs.shards(0..a.shards),
+            ]
+            .into_iter()
+            .chain(a.sets.iter().cloned())
+            .collect(),
             children: Vec::new(),
             started: 0,
         };
@@ -226,10 +233,15 @@ fn run(a: &Args) -> bool {
         most.load(Relaxed)
     };
     let mut relays = Relays {
-        args: [topic.clone(), coord_url, a.lease_ms.to_string(), dbs.shards(0..a.shards)]
-            .into_iter()
-            .chain(a.sets.iter().cloned())
-            .collect(),
+        args: [
+            topic.clone(),
+            coord_url,
+            a.lease_ms.to_string(),
+            dbs.shards(0..a.shards),
+        ]
+        .into_iter()
+        .chain(a.sets.iter().cloned())
+        .collect(),
         children: Vec::new(),
         started: 0,
     };
@@ -309,9 +321,11 @@ fn run(a: &Args) -> bool {
         dbs.names
             .iter()
             .map(|n| -> u64 {
-                c.query_first(format!("SELECT COUNT(*) FROM {n}.t_event_record WHERE status <> 'SUCCESS'"))
-                    .unwrap()
-                    .unwrap()
+                c.query_first(format!(
+                    "SELECT COUNT(*) FROM {n}.t_event_record WHERE status <> 'SUCCESS'"
+                ))
+                .unwrap()
+                .unwrap()
             })
             .sum()
     };
@@ -333,7 +347,11 @@ fn run(a: &Args) -> bool {
             *copies.entry(k.to_string()).or_insert(0) += 1;
         }
     }
-    let lost: Vec<&String> = committed.iter().flatten().filter(|k| !copies.contains_key(*k)).collect();
+    let lost: Vec<&String> = committed
+        .iter()
+        .flatten()
+        .filter(|k| !copies.contains_key(*k))
+        .collect();
     // Each duplicated event explained by its row: copies <= 1 + retry_count + claim-lost audits.
     let (mut duplicates, mut unexplained) = (0u64, Vec::new());
     let mut c = server().get_conn().unwrap();
@@ -347,7 +365,9 @@ fn run(a: &Args) -> bool {
             .unwrap();
         let audits: HashMap<u64, u64> = c
             .query_map(
-                format!("SELECT event_id, COUNT(*) FROM {name}.outbox_audit WHERE action = 'claim-lost' GROUP BY event_id"),
+                format!(
+                    "SELECT event_id, COUNT(*) FROM {name}.outbox_audit WHERE action = 'claim-lost' GROUP BY event_id"
+                ),
                 |(id, n)| (id, n),
             )
             .unwrap()
@@ -378,7 +398,10 @@ fn run(a: &Args) -> bool {
         a.relays,
         a.relays
     );
-    let _ = server().get_conn().unwrap().query_drop(format!("DROP DATABASE IF EXISTS {coord}"));
+    let _ = server()
+        .get_conn()
+        .unwrap()
+        .query_drop(format!("DROP DATABASE IF EXISTS {coord}"));
     let ok = lost.is_empty() && unexplained.is_empty() && left == 0;
     if !ok {
         println!(

@@ -76,4 +76,3 @@ impl Drop for Dbs {
         }
     }
 }
-

@@ -368,7 +368,8 @@ mod tests {
         assert_eq!(split.len(), 64);
         for m in &members {
             let n = split.values().filter(|v| **v == m.as_str()).count();
-            assert!((21..=22).contains(&n), "{m} got {n}");
+            // At most ⌈64 / 3⌉; the last to fill gets what is left.
+            assert!((20..=22).contains(&n), "{m} got {n}");
         }
     }
 
