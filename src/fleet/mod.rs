@@ -368,6 +368,25 @@ impl Fleet {
         self.inner.watch.problems()
     }
 
+    /// Which relay holds each shard of `config` (by shard name), read from its
+    /// `shard.coordination.url` (`None` when it has none): what `outboxd status` shows. A shard
+    /// nobody holds now is absent.
+    pub fn holders(config: &Config) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+        let Some(url) = &config.shard_coordination_url else {
+            return Ok(None);
+        };
+        let specs = config.shard_specs()?;
+        let keys: Vec<String> = specs.iter().map(shard_key).collect();
+        let by_key = share::holders(config, url, &keys)?;
+        Ok(Some(
+            specs
+                .iter()
+                .zip(&keys)
+                .filter_map(|(s, k)| by_key.get(k).map(|o| (s.name.clone(), o.clone())))
+                .collect(),
+        ))
+    }
+
     /// The configuration every shard's relay is made from.
     pub fn config(&self) -> &Config {
         &self.inner.base

@@ -338,6 +338,30 @@ impl Share {
     }
 }
 
+/// Each of `keys`' holder with a hold still running, read from the coordination database at
+/// `url` (for `outboxd status`; no table yet: nobody holds anything).
+pub(super) fn holders(config: &Config, url: &str, keys: &[String]) -> Result<BTreeMap<String, String>> {
+    let mut c = config.clone();
+    c.db_url = url.to_string();
+    c.db_pool_max = 1;
+    let pool = crate::db::connect(&c).map_err(|e| rename_url_key(e, url))?;
+    let mut conn = pool.get_conn()?;
+    let exists: Option<u8> = conn.query_first(
+        "SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'outbox_fleet_shard'",
+    )?;
+    if exists.is_none() || keys.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let sql = format!(
+        "SELECT shard, owner FROM outbox_fleet_shard WHERE owner <> '' AND lease_until > NOW(3) AND shard IN ({})",
+        placeholders(keys.len())
+    );
+    Ok(conn
+        .exec::<(String, String), _, _>(sql, keys.iter().map(|k| Value::from(k.as_str())).collect::<Vec<_>>())?
+        .into_iter()
+        .collect())
+}
+
 fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }

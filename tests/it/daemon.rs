@@ -1672,6 +1672,17 @@ fn two_outboxd_split_a_fleet_and_the_shards_of_one_killed_are_taken_over() {
     ] {
         assert!(metrics.contains(line), "{line} missing from /metrics:\n{metrics}");
     }
+    // status names each shard's relay: two each.
+    let (code, stdout, stderr) = out({
+        let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
+        c.env_remove("OUTBOX_DB_URL").arg("--config").arg(&file).arg("status");
+        c
+    });
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("relayed by"), "{stdout}");
+    for id in ["share-a", "share-b"] {
+        assert_eq!(stdout.matches(&format!("  {id}\n")).count(), 2, "{id} in:\n{stdout}");
+    }
 
     // a dies without a word: b takes its shards when their holds (2 s) run out.
     a.kill().unwrap();

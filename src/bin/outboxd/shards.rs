@@ -182,10 +182,29 @@ pub fn status(config: &Config, json: bool) -> FleetResult {
     let specs = config.shard_specs().map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     let mut failed = Vec::new();
+    // With shard.coordination.url: which relay holds each shard (a database that cannot be read
+    // is said, the shards still listed).
+    let holders = match Fleet::holders(config) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("cannot read who relays which shard: {e}");
+            None
+        }
+    };
+    let holder = |name: &str| -> Option<String> {
+        let h = holders.as_ref()?;
+        Some(h.get(name).cloned().unwrap_or_else(|| "(nobody)".into()))
+    };
     if !json {
         println!(
-            "{:<24} {:>10} {:>10} {:>10} {:>14} {:>10}",
-            "shard", "WAIT", "SENDING", "FAIL", "oldest due", "dead/day"
+            "{:<24} {:>10} {:>10} {:>10} {:>14} {:>10}{}",
+            "shard",
+            "WAIT",
+            "SENDING",
+            "FAIL",
+            "oldest due",
+            "dead/day",
+            if holders.is_some() { "  relayed by" } else { "" }
         );
     }
     for spec in &specs {
@@ -198,17 +217,21 @@ pub fn status(config: &Config, json: bool) -> FleetResult {
                     let mut v: serde_json::Value =
                         serde_json::from_str(&s.to_json()).expect("status JSON is an object");
                     v["shard"] = spec.name.clone().into();
+                    if let Some(h) = holder(&spec.name) {
+                        v["relayed_by"] = h.into();
+                    }
                     out.push(v);
                 } else {
                     println!(
-                        "{:<24} {:>10} {:>10} {:>10} {:>14} {:>10}",
+                        "{:<24} {:>10} {:>10} {:>10} {:>14} {:>10}{}",
                         spec.name,
                         count("WAIT"),
                         count("SENDING"),
                         count("FAIL"),
                         s.oldest_wait_age
                             .map_or("none due".into(), |a| format!("{:.1} s", a.as_secs_f64())),
-                        s.dead_last_day
+                        s.dead_last_day,
+                        holder(&spec.name).map_or(String::new(), |h| format!("  {h}"))
                     );
                 }
             }
