@@ -68,6 +68,27 @@ settings! {
         read_by: Relay,
         doc: "with `shards`: how often one statement per database server reads every shard's first due row and wakes the shards that have one (0 = off: each shard scans at scan.interval.ms)",
     }
+    "shard.catalog.url" {
+        field: shard_catalog_url,
+        kind: Optional(DbUrl),
+        default: "",
+        read_by: Relay,
+        doc: "a database listing the shards (docs/fleet.md): each row of shard.catalog.query is a shard, read at start and every shard.catalog.reload.ms; with `shards` too, both lists together",
+    }
+    "shard.catalog.query" {
+        field: shard_catalog_query,
+        kind: Name(4096),
+        default: "SELECT url FROM outbox_shards",
+        read_by: Relay,
+        doc: "with shard.catalog.url: the statement listing the shards, a row each: a URL as in `shards` ({A..B}, #table), or a URL and its table",
+    }
+    "shard.catalog.reload.ms" {
+        field: shard_catalog_reload,
+        kind: Millis(1_000, DAY),
+        default: "30000",
+        read_by: Relay,
+        doc: "with shard.catalog.url: how often the fleet reads the catalog again and adds or removes the shards that changed",
+    }
     "shard.coordination.url" {
         field: shard_coordination_url,
         kind: Optional(DbUrl),

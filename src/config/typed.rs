@@ -161,6 +161,11 @@ pub struct Config {
     /// watch); `shard.scan.interval.ms`: each shard relay's own scan interval while it watches.
     pub shard_watch: Duration,
     pub shard_scan_interval: Duration,
+    /// `shard.catalog.url`, `shard.catalog.query`, `shard.catalog.reload.ms`: a database listing
+    /// shards, the statement that lists them, and how often it is read again.
+    pub shard_catalog_url: Option<String>,
+    pub shard_catalog_query: String,
+    pub shard_catalog_reload: Duration,
     /// `shard.coordination.url`: where the relays of one fleet split its shards (`None`: this
     /// relay serves them all); `shard.lease.ms`: how long a hold on a shard lasts unrenewed.
     pub shard_coordination_url: Option<String>,
@@ -295,6 +300,9 @@ impl Config {
             shard_db_pool_max: 0,
             shard_watch: Duration::ZERO,
             shard_scan_interval: Duration::ZERO,
+            shard_catalog_url: None,
+            shard_catalog_query: String::new(),
+            shard_catalog_reload: Duration::ZERO,
             shard_coordination_url: None,
             shard_lease: Duration::ZERO,
             startup_db_wait: Duration::ZERO,
@@ -396,6 +404,11 @@ impl Config {
         }
     }
 
+    /// Whether this configuration describes a fleet: `shards` or `shard.catalog.url` set.
+    pub fn is_fleet(&self) -> bool {
+        self.shards.is_some() || self.shard_catalog_url.is_some()
+    }
+
     /// The configuration of one shard's relay: this one with the shard's URL and table,
     /// `shard.workers` senders, a pool of `shard.db.pool.max`, `shard.scan.interval.ms` while
     /// the fleet watches (`shard.watch.ms`), and no `shards` of its own.
@@ -409,6 +422,7 @@ impl Config {
             c.scan_interval = self.shard_scan_interval;
         }
         c.shards = None;
+        c.shard_catalog_url = None;
         c.shard_coordination_url = None;
         c
     }
@@ -425,10 +439,10 @@ impl Config {
     /// reports them together).
     pub fn problems(&self) -> Vec<ConfigError> {
         let mut out = Vec::new();
-        if self.db_url.trim().is_empty() && self.shards.is_none() {
+        if self.db_url.trim().is_empty() && !self.is_fleet() {
             out.push(ConfigError::invalid("db.url", "", "is required (or shards)"));
         }
-        if let (Some(url), None) = (&self.shard_coordination_url, &self.shards) {
+        if let (Some(url), false) = (&self.shard_coordination_url, self.is_fleet()) {
             out.push(ConfigError::invalid(
                 "shard.coordination.url",
                 crate::config::redact_url(url),

@@ -30,8 +30,11 @@ use crate::publisher::{OutboundEvent, Publisher, SendOutcome};
 use crate::relay::{Delivery, Relay, StopReport};
 use crate::store::DeadLetter;
 
+mod catalog;
 mod share;
 mod watch;
+pub use catalog::fleet_shards;
+use catalog::Catalog;
 use share::{shard_key, Share};
 use watch::{Watch, Watched};
 
@@ -68,11 +71,33 @@ impl FleetBuilder {
     /// opened yet keep being started in the background. Fails only on the configuration (no
     /// `shards`, or a value the relay refuses).
     pub fn start(self) -> Result<Fleet> {
-        let specs = self.config.shard_specs()?;
-        if specs.is_empty() {
+        let catalog = Catalog::default();
+        let specs = match &self.config.shard_catalog_url {
+            None => self.config.shard_specs()?,
+            Some(url) => {
+                let read = fleet_shards(&self.config);
+                catalog.record(&read);
+                match read {
+                    Ok(specs) => specs,
+                    // A list with an error is refused at start, as `shards` is.
+                    Err(e @ Error::Config(_)) => return Err(e),
+                    // A catalog that cannot be read yet: the `shards` list meanwhile.
+                    Err(_) => {
+                        let _ = url;
+                        self.config.shard_specs()?
+                    }
+                }
+            }
+        };
+        if specs.is_empty() && self.config.shard_catalog_url.is_none() {
             return Err(ConfigError::invalid("shards", "", "is empty: a fleet needs at least one shard").into());
         }
-        self.config.for_shard(&specs[0]).validate()?;
+        let probe = specs.first().cloned().unwrap_or_else(|| ShardSpec {
+            name: "catalog".into(),
+            url: self.config.shard_catalog_url.clone().unwrap_or_default(),
+            table: self.config.table.clone(),
+        });
+        self.config.for_shard(&probe).validate()?;
         let share = self.config.shard_coordination_url.clone().map(|url| {
             let me = self
                 .config
@@ -82,6 +107,7 @@ impl FleetBuilder {
             Share::new(&self.config, url, me)
         });
         let fleet = Fleet {
+            owner: true,
             inner: Arc::new(FleetInner {
                 base: self.config,
                 publisher: self.publisher,
@@ -94,10 +120,24 @@ impl FleetBuilder {
                 share,
                 sharer: Mutex::new(None),
                 change: Mutex::new(()),
+                catalog,
+                cataloger: Mutex::new(None),
             }),
         };
         for spec in specs {
             fleet.add(spec)?;
+        }
+        if fleet.inner.base.shard_catalog_url.is_some() {
+            let (stop_tx, stop_rx) = bounded::<()>(0);
+            let inner = fleet.inner.clone();
+            let handle = std::thread::Builder::new()
+                .name("outbox-fleet-catalog".into())
+                .spawn(move || inner.catalog_loop(&stop_rx))
+                .map_err(|source| Error::Thread {
+                    name: "outbox-fleet-catalog".into(),
+                    source,
+                })?;
+            *fleet.inner.cataloger.lock() = Some((stop_tx, handle));
         }
         if fleet.inner.share.is_some() {
             let (stop_tx, stop_rx) = bounded::<()>(0);
@@ -194,6 +234,9 @@ pub struct FleetChange {
 /// stops it too.
 pub struct Fleet {
     inner: Arc<FleetInner>,
+    /// False for the handle the catalog thread works through: only the user's stops the fleet
+    /// when dropped.
+    owner: bool,
 }
 
 struct FleetInner {
@@ -213,6 +256,9 @@ struct FleetInner {
     sharer: Mutex<Option<Sharer>>,
     /// Held by whatever changes which shards run here (add, remove, reload, a share tick).
     change: Mutex<()>,
+    /// With `shard.catalog.url`: the last read's failure, and the thread that reads it again.
+    catalog: Catalog,
+    cataloger: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
 }
 
 impl FleetInner {
@@ -291,6 +337,30 @@ impl FleetInner {
         }
     }
 
+    /// The catalog thread: reads the catalog every `shard.catalog.reload.ms` and makes the fleet
+    /// serve what it lists (with `shards`), until `stop` disconnects. A read that fails changes
+    /// nothing.
+    fn catalog_loop(self: &Arc<Self>, stop: &Receiver<()>) {
+        let fleet = Fleet {
+            inner: self.clone(),
+            owner: false,
+        };
+        let drain = self.base.send_timeout + Duration::from_secs(1);
+        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stop.recv_timeout(self.base.shard_catalog_reload)
+        {
+            let read = fleet_shards(&self.base);
+            self.catalog.record(&read);
+            if let Ok(specs) = read {
+                let now: Vec<ShardSpec> = fleet.shards().into_iter().map(|v| v.spec).collect();
+                if specs != now {
+                    if let Err(e) = fleet.reload(specs, drain) {
+                        log::error!("fleet catalog: {e}");
+                    }
+                }
+            }
+        }
+    }
+
     /// Ticks the share thread now (after the shards changed).
     fn kick_share(&self) {
         if let Some((_, kick, _)) = &*self.sharer.lock() {
@@ -350,6 +420,12 @@ impl Fleet {
         }
     }
 
+    /// Why the catalog (`shard.catalog.url`) could not be read at its last read, when it could
+    /// not: the fleet serves the shards it had meanwhile.
+    pub fn catalog_problem(&self) -> Option<String> {
+        self.inner.catalog.problem()
+    }
+
     /// How this relay and the others split the shards, with `shard.coordination.url`.
     pub fn coordination(&self) -> Option<Coordination> {
         let share = self.inner.share.as_ref()?;
@@ -375,7 +451,7 @@ impl Fleet {
         let Some(url) = &config.shard_coordination_url else {
             return Ok(None);
         };
-        let specs = config.shard_specs()?;
+        let specs = fleet_shards(config)?;
         let keys: Vec<String> = specs.iter().map(shard_key).collect();
         let by_key = share::holders(config, url, &keys)?;
         Ok(Some(
@@ -506,6 +582,10 @@ impl Fleet {
             drop(stop);
             let _ = handle.join();
         }
+        if let Some((stop, handle)) = self.inner.cataloger.lock().take() {
+            drop(stop);
+            let _ = handle.join();
+        }
         if let Some((stop, kick, handle)) = self.inner.sharer.lock().take() {
             drop((stop, kick));
             let _ = handle.join();
@@ -528,8 +608,10 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        let grace = self.inner.base.send_timeout + Duration::from_secs(1);
-        self.stop(grace);
+        if self.owner {
+            let grace = self.inner.base.send_timeout + Duration::from_secs(1);
+            self.stop(grace);
+        }
     }
 }
 

@@ -166,6 +166,14 @@ impl Relay {
             )
             .into());
         }
+        if let Some(url) = &config.shard_catalog_url {
+            return Err(crate::error::ConfigError::invalid(
+                "shard.catalog.url",
+                crate::config::redact_url(url),
+                "lists the shards of a fleet (`outboxd run`, or outbox::Fleet in Rust): a relay serves one database, db.url",
+            )
+            .into());
+        }
         let pool = match pool {
             Some(p) => p,
             None => connect(&config)?,

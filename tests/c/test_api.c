@@ -144,6 +144,12 @@ static void test_conf_unknown_key_and_invalid_value_are_distinct(void) {
   CHECK_RC(outbox_conf_set(c, "shard.lease.ms", "999", err, sizeof err), OUTBOX_ERR_INVALID_VALUE);
   CHECK(strstr(err, "shard.lease.ms") != NULL && strstr(err, "999") != NULL);
   CHECK_OK(outbox_conf_set(c, "shard.lease.ms", "15000", err, sizeof err));
+  /* A catalog of shards: its URL checked like db.url, its re-read period bounded. */
+  CHECK_RC(outbox_conf_set(c, "shard.catalog.url", "mysql://u:pw8@h:port/x", err, sizeof err),
+           OUTBOX_ERR_INVALID_VALUE);
+  CHECK(strstr(err, "shard.catalog.url") != NULL && strstr(err, "pw8") == NULL);
+  CHECK_RC(outbox_conf_set(c, "shard.catalog.reload.ms", "999", err, sizeof err), OUTBOX_ERR_INVALID_VALUE);
+  CHECK(strstr(err, "shard.catalog.reload.ms") != NULL);
   /* errstr may be NULL, or too small: it is truncated and stays NUL-terminated. */
   CHECK_RC(outbox_conf_set(c, "nope", "1", NULL, 0), OUTBOX_ERR_UNKNOWN_KEY);
   char tiny[8];

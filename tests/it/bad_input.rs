@@ -52,6 +52,9 @@ const BAD_VALUES: &[(&str, &[&str])] = &[
         &["not a url", "postgres://root@127.0.0.1:5432/x", "mysql://root@127.0.0.1:port/x"],
     ),
     ("shard.lease.ms", &["999", "600001", "long"]),
+    ("shard.catalog.url", &["not a url", "mysql://root@127.0.0.1:port/x"]),
+    ("shard.catalog.query", &["SELECT url\nFROM t"]),
+    ("shard.catalog.reload.ms", &["999", "86400001", "often"]),
     (
         "table",
         &[

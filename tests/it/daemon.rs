@@ -1712,3 +1712,68 @@ fn two_outboxd_split_a_fleet_and_the_shards_of_one_killed_are_taken_over() {
     assert_eq!(held, 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `outboxd run` over a fleet listed by a catalog alone (`shard.catalog.url`, no `shards`):
+/// its shard relayed, `status` reading the catalog, a row added served at the next read.
+#[cfg(feature = "rocketmq")]
+#[test]
+fn run_over_a_catalog_follows_its_rows() {
+    let _shared = crate::rocketmq_e2e::BROKER_LOCK.read();
+    crate::rocketmq_e2e::ensure_broker();
+    let shards = crate::fleet::Shards::new("d_catalog", 2, &[]);
+    let catalog = TestDb::empty("d_catalog_c");
+    let server = crate::support::server_url();
+    catalog
+        .conn()
+        .exec_drop(
+            "CREATE TABLE outbox_shards (url VARCHAR(255)) SELECT ? AS url",
+            (format!("{server}/{}", shards.name(0)),),
+        )
+        .unwrap();
+    let port = free_port();
+    let cli = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
+        c.env_remove("OUTBOX_DB_URL")
+            .env("RUST_LOG", "info")
+            .env("OUTBOX_SENT_ROWS", "keep")
+            .env("OUTBOX_SHARD_CATALOG_URL", &catalog.url)
+            .env("OUTBOX_SHARD_CATALOG_RELOAD_MS", "1000")
+            .env("OUTBOX_TOPIC", format!("T_{}", shards.base))
+            .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876");
+        c
+    };
+    let (code, stdout, stderr) = out({
+        let mut c = cli();
+        c.arg("status");
+        c
+    });
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&shards.name(0)) && !stdout.contains(&shards.name(1)),
+        "{stdout}"
+    );
+    let mut child = cli()
+        .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{port}"))
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _lines = Lines::of(&mut child);
+    shards.enqueue(0, "a", 10);
+    assert!(wait_until(Duration::from_secs(60), || shards.count(0, "SUCCESS") == 10));
+    catalog
+        .conn()
+        .exec_drop(
+            "INSERT INTO outbox_shards VALUES (?)",
+            (format!("{server}/{}", shards.name(1)),),
+        )
+        .unwrap();
+    shards.enqueue(1, "b", 10);
+    assert!(wait_until(Duration::from_secs(60), || shards.count(1, "SUCCESS") == 10));
+    let (code, body) = http_get(port, "/healthz").unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.starts_with("shards=2 healthy=2 broker=up"), "{body}");
+    signal(&child, "TERM");
+    assert_eq!(exit_code(&mut child, Duration::from_secs(30)), Some(0));
+}

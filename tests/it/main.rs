@@ -14,6 +14,7 @@ mod control;
 mod daemon;
 mod event_key;
 mod fleet;
+mod fleet_catalog;
 mod fleet_share;
 mod inbox;
 mod ordering;

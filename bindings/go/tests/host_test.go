@@ -263,4 +263,11 @@ func TestShardKeysAreCheckedAndARelayPointsToTheFleet(t *testing.T) {
 		strings.Contains(err.Error(), "pw9") {
 		t.Fatalf("a bad coordination URL: %v", err)
 	}
+	// A catalog of shards: a Relay given one points to the fleet.
+	_, err = outbox.Start(outbox.Config{Settings: map[string]string{
+		"db.url": dbURL, "publisher": "none", "shard.catalog.url": "mysql://root@127.0.0.1:3306/catalog"}})
+	if !errors.Is(err, outbox.ErrInvalidValue) || !strings.Contains(err.Error(), "shard.catalog.url") ||
+		!strings.Contains(err.Error(), "fleet") {
+		t.Fatalf("a relay given a catalog: %v", err)
+	}
 }

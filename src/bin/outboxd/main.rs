@@ -379,7 +379,7 @@ fn main() -> ExitCode {
         Command::Run { .. } | Command::Migrate { .. } | Command::Status { .. } | Command::Config { .. }
     );
     let mut config = effective.config.clone();
-    if config.shards.is_some() {
+    if config.is_fleet() {
         match shards::pick(&config, cli.shard.as_deref(), fleet_wide) {
             Ok(Some(one)) => config = one,
             Ok(None) => {}
@@ -419,11 +419,11 @@ fn main() -> ExitCode {
             Err(RunFailure::Error(e)) => Err(e),
             Ok(()) => Ok(()),
         },
-        Command::Migrate { dry_run, consumer } if config.shards.is_some() => {
+        Command::Migrate { dry_run, consumer } if config.is_fleet() => {
             return fleet_exit(shards::migrate(&config, dry_run, consumer))
         }
         Command::Migrate { dry_run, consumer } => migrate(&config, dry_run, consumer),
-        Command::Status { json } if config.shards.is_some() => return fleet_exit(shards::status(&config, json)),
+        Command::Status { json } if config.is_fleet() => return fleet_exit(shards::status(&config, json)),
         Command::Status { json } => status(&config, json),
         Command::DeadLetters { command } => dead_letters(&config, command),
         Command::Control { command } => control(&config, command),
@@ -526,7 +526,7 @@ pub(crate) type Reload<'a> = &'a dyn Fn() -> Result<Config, Vec<settings::Proble
 
 fn run(config: Config, drain: Duration, reload: Reload) -> Result<(), RunFailure> {
     let rx = signals::listen().map_err(RunFailure::Startup)?;
-    if config.shards.is_some() {
+    if config.is_fleet() {
         return shards::run(config, drain, rx, reload);
     }
     log::info!(

@@ -516,6 +516,12 @@ pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
         ));
     }
     let here = shards.iter().filter(|v| v.is_here()).count();
+    if let Some(why) = fleet.catalog_problem() {
+        lines.push(format!("catalog: {why} (the shards listed before are served)"));
+    }
+    if shards.is_empty() {
+        lines.push("no shards yet: shards and the catalog list none".into());
+    }
     if let Some(c) = &coordination {
         if let Some(why) = &c.problem {
             lines.push(format!(
@@ -548,10 +554,11 @@ pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
         body.push_str(&l);
         body.push('\n');
     }
-    let ok = match &coordination {
-        // Holding nothing while the others hold everything is a healthy spare.
-        Some(c) if here == 0 => c.problem.is_none(),
-        _ => broker && healthy > 0,
-    };
+    let ok = shards.is_empty() && fleet.catalog_problem().is_none()
+        || match &coordination {
+            // Holding nothing while the others hold everything is a healthy spare.
+            Some(c) if here == 0 => c.problem.is_none(),
+            _ => broker && healthy > 0,
+        };
     (if ok { 200 } else { 503 }, body)
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use outbox::config::ShardSpec;
+use outbox::fleet::fleet_shards;
 use outbox::{admin, Config, Fleet};
 
 use crate::signals::Signal;
@@ -15,7 +16,10 @@ use crate::{metrics, telemetry, RunFailure};
 /// The configuration a command acts on: the shard `name` (`Some`), or, without a name, the
 /// whole fleet for `run`, `migrate` and `status` (`None`). Any other command needs a name.
 pub fn pick(config: &Config, name: Option<&str>, fleet_wide: bool) -> Result<Option<Config>, String> {
-    let specs = config.shard_specs().map_err(|e| e.to_string())?;
+    if name.is_none() && fleet_wide {
+        return Ok(None);
+    }
+    let specs = fleet_shards(config).map_err(|e| e.to_string())?;
     let names = || {
         let mut n: Vec<&str> = specs.iter().take(8).map(|s| s.name.as_str()).collect();
         if specs.len() > 8 {
@@ -50,7 +54,8 @@ pub fn run(
                 .into(),
         ));
     }
-    let specs = config.shard_specs().map_err(outbox::Error::from)?;
+    // The catalog, when it cannot be read, is said by the fleet itself as it starts.
+    let specs = fleet_shards(&config).or_else(|_| config.shard_specs().map_err(outbox::Error::from))?;
     log::info!(
         "outboxd {} over {} shards (table {} unless a shard names its own; publisher {})",
         outbox::VERSION,
@@ -121,8 +126,8 @@ fn reload_shards(fleet: &Fleet, reload: crate::Reload, drain: Duration) {
             return;
         }
     };
-    let specs = match config.shard_specs() {
-        Ok(s) if !s.is_empty() => s,
+    let specs = match fleet_shards(&config) {
+        Ok(s) if !s.is_empty() || config.shard_catalog_url.is_some() => s,
         Ok(_) => {
             log::error!("SIGHUP: shards is no longer set; a fleet keeps its shards (stop it to serve db.url)");
             return;
@@ -148,7 +153,7 @@ fn reload_shards(fleet: &Fleet, reload: crate::Reload, drain: Duration) {
 /// the others still migrated; the command fails if any did. Running it again resumes (each
 /// shard's applied migrations are recorded in its own database).
 pub fn migrate(config: &Config, dry_run: bool, consumer: bool) -> FleetResult {
-    let specs = config.shard_specs().map_err(|e| e.to_string())?;
+    let specs = fleet_shards(config).map_err(|e| e.to_string())?;
     let mut failed = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         println!("== shard {} ({}/{})", spec.name, i + 1, specs.len());
@@ -179,7 +184,7 @@ fn summary(verb: &str, specs: &[ShardSpec], failed: &[String]) -> FleetResult {
 /// `outboxd status` over every shard: a line per shard (its backlog by status, the oldest due
 /// WAIT, dead letters of the last day), or why it could not be read; `--json`, an array.
 pub fn status(config: &Config, json: bool) -> FleetResult {
-    let specs = config.shard_specs().map_err(|e| e.to_string())?;
+    let specs = fleet_shards(config).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     let mut failed = Vec::new();
     // With shard.coordination.url: which relay holds each shard (a database that cannot be read

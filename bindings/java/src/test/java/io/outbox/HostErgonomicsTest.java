@@ -138,6 +138,9 @@ public class HostErgonomicsTest {
         OutboxConfigException lease = assertThrows(OutboxConfigException.class,
                 () -> new OutboxConfig().set("shard.lease.ms", "999"));
         assertTrue(lease.getMessage(), lease.getMessage().contains("shard.lease.ms"));
+        OutboxConfigException reload = assertThrows(OutboxConfigException.class,
+                () -> new OutboxConfig().set("shard.catalog.reload.ms", "999"));
+        assertTrue(reload.getMessage(), reload.getMessage().contains("shard.catalog.reload.ms"));
         OutboxConfig c = db.config().set("shard.workers", "2").set("shards", "mysql://root@127.0.0.1:3306/o_{0..3}");
         OutboxConfigException e = assertThrows(OutboxConfigException.class, () -> Outbox.start(c));
         assertTrue(e.getMessage(), e.getMessage().contains("shards") && e.getMessage().contains("fleet"));
