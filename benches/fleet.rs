@@ -11,9 +11,16 @@
 //!   fleet starts; while it drains, a writer commits `--probe-rate` events per second, each on a
 //!   random other shard; commit → broker ack of those (the database's clock) p50/p99/max.
 //!
+//! - **isolation** (`--isolation` alone): `--isolation-shards` databases of
+//!   `--isolation-events` each, shard 0 reached through a TCP proxy; the other shards' drain
+//!   with the proxy passing everything, then with it stalling (3 s) and dropping (2 s) shard 0's
+//!   connections in turn, rounds taking turns; and what the fleet said of shard 0 meanwhile.
+//!
 //! `cargo bench --features rocketmq --bench fleet [-- --shards 64] [--events 128000]
 //! [--idle-shards 256] [--idle-secs 20] [--hot 200000] [--probe-rate 100] [--probe-secs 15]
-//! [--rounds 3 | --no-drain] [--set KEY=VALUE]...` (`--set` applies to every fleet of the run)
+//! [--rounds 3 | --no-drain] [--set KEY=VALUE]...` (`--set` applies to every fleet of the run);
+//! `cargo bench --features rocketmq --bench fleet -- --isolation [--isolation-shards 16]
+//! [--isolation-events 3000] [--rounds 3]`
 //!
 //! Shard databases are made by creating one migrated database and copying its tables (`CREATE
 //! TABLE … LIKE`, the migration history with them); `max_connections` is raised for the run
@@ -32,6 +39,9 @@ use outbox::{Config, Fleet, NewEvent, Publisher, Relay};
 
 mod support;
 use support::{at_least_one, server_cpu, server_pid};
+#[allow(dead_code)]
+#[path = "../tests/it/proxy.rs"]
+mod proxy;
 #[path = "support/shards.rs"]
 mod shards;
 use shards::{server, Dbs};
@@ -51,6 +61,10 @@ struct Args {
     sets: Vec<(String, String)>,
     /// Drain rounds, one relay and the fleet taking turns (`--no-drain`: none).
     rounds: usize,
+    /// `--isolation`: only the isolation part, over `isolation_shards` of `isolation_events`.
+    isolation: bool,
+    isolation_shards: usize,
+    isolation_events: usize,
 }
 
 fn args() -> Args {
@@ -64,6 +78,9 @@ fn args() -> Args {
         probe_secs: 15,
         sets: Vec::new(),
         rounds: 3,
+        isolation: false,
+        isolation_shards: 16,
+        isolation_events: 3000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -78,6 +95,9 @@ fn args() -> Args {
             "--hot" => a.hot = num(),
             "--probe-rate" => a.probe_rate = num() as u64,
             "--probe-secs" => a.probe_secs = num() as u64,
+            "--isolation" => a.isolation = true,
+            "--isolation-shards" => a.isolation_shards = num().max(2),
+            "--isolation-events" => a.isolation_events = num(),
             "--set" => {
                 let kv = it.next().expect("--set needs KEY=VALUE");
                 let (k, v) = kv
@@ -155,6 +175,10 @@ fn main() {
     c.query_drop(format!("SET GLOBAL max_connections = {}", old_max.max(need)))
         .unwrap();
     let run = std::panic::catch_unwind(|| {
+        if a.isolation {
+            isolation(&a);
+            return;
+        }
         if a.rounds > 0 {
             drain(&a);
         }
@@ -315,5 +339,116 @@ fn idle_and_hot(a: &Args, pid: u32) {
         percentile(&l, 0.99),
         l.last().copied().unwrap_or(0.0),
         a.hot
+    );
+}
+
+/// The other shards' drain with shard 0 healthy, then with its connections stalled and dropped.
+fn isolation(a: &Args) {
+    use proxy::{Mode, Proxy};
+    let n = a.isolation_shards;
+    let per = a.isolation_events;
+    println!(
+        "== isolation: {n} shards of {per} events, shard 0 through a proxy: healthy, then stalling 3 s and dropping 2 s in turn; {} rounds",
+        a.rounds
+    );
+    let dbs = Dbs::new(PREFIX, "iso", n);
+    let proxy = Proxy::start("127.0.0.1:3306");
+    let list = std::iter::once(proxy.url(&dbs.names[0]))
+        .chain((1..n).map(|i| dbs.url(i)))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let (mut healthy, mut faulty) = (Vec::new(), Vec::new());
+    for round in 0..a.rounds.max(1) {
+        for faults in [false, true] {
+            proxy.set(Mode::Pass);
+            let mut c = server().get_conn().unwrap();
+            for name in &dbs.names {
+                c.query_drop(format!("TRUNCATE TABLE {name}.t_event_record")).unwrap();
+            }
+            std::thread::scope(|s| {
+                for w in 0..2 {
+                    let dbs = &dbs;
+                    s.spawn(move || {
+                        for i in (w..n).step_by(2) {
+                            dbs.fill(i, per);
+                        }
+                    });
+                }
+            });
+            let cfg = fleet_config(a, &format!("{PREFIX}_iso_{}_{round}", std::process::id()), list.clone());
+            let fleet = Fleet::builder(cfg.clone(), publisher(&cfg)).start().unwrap();
+            let bad = dbs.names[0].clone();
+            let others_sent = || -> u64 {
+                fleet
+                    .shards()
+                    .iter()
+                    .filter(|v| v.spec.name != bad)
+                    .filter_map(|v| v.relay().map(|r| r.counters().sent))
+                    .sum()
+            };
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let (mut samples, mut named) = (0u32, 0u32);
+            let t0 = Instant::now();
+            // Taken when the others are done, not when the fault thread ends its cycle.
+            let elapsed = std::thread::scope(|s| {
+                if faults {
+                    let (proxy, stop) = (&proxy, &stop);
+                    s.spawn(move || {
+                        while !stop.load(Relaxed) {
+                            proxy.set(Mode::Stall);
+                            std::thread::sleep(Duration::from_secs(3));
+                            proxy.set(Mode::Drop);
+                            std::thread::sleep(Duration::from_secs(2));
+                        }
+                    });
+                }
+                let goal = ((n - 1) * per) as u64;
+                let end = Instant::now() + Duration::from_secs(600);
+                while others_sent() < goal {
+                    assert!(Instant::now() < end, "the other shards did not drain");
+                    // What the fleet says of shard 0 (what /healthz prints).
+                    if faults {
+                        samples += 1;
+                        let view = fleet.shards().into_iter().find(|v| v.spec.name == bad).unwrap();
+                        let said = match view.relay() {
+                            None => true,
+                            Some(r) => !r.health().0 || r.stalled().is_some(),
+                        } || !fleet.watch_problems().is_empty();
+                        named += u32::from(said);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                stop.store(true, Relaxed);
+                t0.elapsed()
+            });
+            let rate = ((n - 1) * per) as f64 / elapsed.as_secs_f64();
+            proxy.set(Mode::Pass);
+            fleet.stop(Duration::from_secs(10));
+            if faults {
+                println!(
+                    "round {}: the other {} shards {rate:>7.0} events/s with shard 0 stalled and dropped \
+                     (shard 0 named as not relaying, db down, stalled or unwatched in {named} of {samples} samples)",
+                    round + 1,
+                    n - 1
+                );
+                faulty.push(rate);
+            } else {
+                println!(
+                    "round {}: the other {} shards {rate:>7.0} events/s with shard 0 healthy",
+                    round + 1,
+                    n - 1
+                );
+                healthy.push(rate);
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (h, f) = (median(&mut healthy), median(&mut faulty));
+    println!(
+        "medians: the other shards {h:.0} events/s with shard 0 healthy, {f:.0} with it faulty ({:.0} %)",
+        100.0 * f / h
     );
 }

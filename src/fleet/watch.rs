@@ -6,7 +6,8 @@
 //!
 //! A server whose statement fails (a shard's table dropped, the server down) is said by
 //! [`Watch::problems`] and logged at most once a minute per server; its shards are left to
-//! their own scans until the statement succeeds again.
+//! their own scans until the statement succeeds again. Each server has a thread of its own: one
+//! that stalls holds up no other server's wake-ups.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use crate::sql::ident;
 use crate::store::first_wait_in_sql;
 
 /// A running shard as the watch sees it.
+#[derive(Clone)]
 pub(super) struct Watched {
     pub url: String,
     pub table: String,
@@ -50,48 +52,86 @@ impl Watch {
     }
 
     /// Ticks every `every` until `stop` disconnects; `shards` gives the running shards each tick.
+    /// Each database server is read by a thread of its own, so one that stalls (its statement
+    /// waiting on a dead connection up to the read timeout) delays no other server's wake-ups.
     pub fn run(&self, base: &Config, every: Duration, stop: Receiver<()>, shards: impl Fn() -> Vec<Watched>) {
-        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stop.recv_timeout(every) {
-            self.tick(base, shards());
-        }
-    }
-
-    fn tick(&self, base: &Config, shards: Vec<Watched>) {
-        let mut by_server: BTreeMap<(String, String), Vec<Watched>> = BTreeMap::new();
-        for w in shards {
-            if let Some((credentials, shown)) = server_of(&w.url) {
-                by_server.entry((credentials, shown)).or_default().push(w);
-            }
-        }
-        let mut problems = self.problems.lock();
-        problems.retain(|server, _| by_server.keys().any(|(_, shown)| shown == server));
-        drop(problems);
-        for ((credentials, shown), group) in by_server {
-            match self.read(base, &credentials, &group) {
-                Ok(due) => {
-                    for i in due {
-                        group[i].relay.notify();
-                    }
-                    if self.problems.lock().remove(&shown).is_some() {
-                        log::info!("fleet watch: server {shown} answers again");
+        std::thread::scope(|s| {
+            let mut workers: BTreeMap<Server, (Arc<Mutex<Vec<Watched>>>, std::thread::ScopedJoinHandle<'_, ()>)> =
+                BTreeMap::new();
+            loop {
+                let mut by_server: BTreeMap<Server, Vec<Watched>> = BTreeMap::new();
+                for w in shards() {
+                    if let Some(server) = server_of(&w.url) {
+                        by_server.entry(server).or_default().push(w);
                     }
                 }
-                Err(e) => {
-                    // The next tick opens a new pool, from the server's first running shard then
-                    // (the database this one was opened on may be gone).
-                    self.pools.lock().remove(&credentials);
-                    let why = format!("cannot read the shards' first due rows: {e}");
-                    let mut problems = self.problems.lock();
-                    let log_now = problems.get(&shown).is_none_or(|(_, at)| at.elapsed() >= LOG_EVERY);
-                    if log_now {
-                        log::warn!(
-                            "fleet watch: server {shown}: {why}; its {} shards scan every shard.scan.interval.ms meanwhile",
-                            group.len()
-                        );
-                        problems.insert(shown, (why, Instant::now()));
-                    } else if let Some(p) = problems.get_mut(&shown) {
-                        p.0 = why;
+                self.problems
+                    .lock()
+                    .retain(|server, _| by_server.keys().any(|(_, shown)| shown == server));
+                // A server no longer watched: its thread sees an empty group and ends.
+                for (server, (group, _)) in &workers {
+                    if !by_server.contains_key(server) {
+                        group.lock().clear();
                     }
+                }
+                workers.retain(|server, (_, handle)| by_server.contains_key(server) || !handle.is_finished());
+                for (server, group) in by_server {
+                    match workers.get(&server) {
+                        Some((slot, handle)) if !handle.is_finished() => *slot.lock() = group,
+                        _ => {
+                            let slot = Arc::new(Mutex::new(group));
+                            let (mine, stop, key) = (slot.clone(), stop.clone(), server.clone());
+                            let handle = s.spawn(move || loop {
+                                let group: Vec<Watched> = mine.lock().clone();
+                                if group.is_empty() {
+                                    return;
+                                }
+                                self.tick(base, &key, &group);
+                                if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) = stop.recv_timeout(every)
+                                {
+                                    return;
+                                }
+                            });
+                            workers.insert(server, (slot, handle));
+                        }
+                    }
+                }
+                if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) = stop.recv_timeout(every) {
+                    for (group, _) in workers.values() {
+                        group.lock().clear();
+                    }
+                    return;
+                }
+            }
+        });
+    }
+
+    /// One server's read: wakes its due shards, or records why it failed.
+    fn tick(&self, base: &Config, (credentials, shown): &Server, group: &[Watched]) {
+        match self.read(base, credentials, group) {
+            Ok(due) => {
+                for i in due {
+                    group[i].relay.notify();
+                }
+                if self.problems.lock().remove(shown).is_some() {
+                    log::info!("fleet watch: server {shown} answers again");
+                }
+            }
+            Err(e) => {
+                // The next tick opens a new pool, from the server's first running shard then
+                // (the database this one was opened on may be gone).
+                self.pools.lock().remove(credentials);
+                let why = format!("cannot read the shards' first due rows: {e}");
+                let mut problems = self.problems.lock();
+                let log_now = problems.get(shown).is_none_or(|(_, at)| at.elapsed() >= LOG_EVERY);
+                if log_now {
+                    log::warn!(
+                        "fleet watch: server {shown}: {why}; its {} shards scan every shard.scan.interval.ms meanwhile",
+                        group.len()
+                    );
+                    problems.insert(shown.clone(), (why, Instant::now()));
+                } else if let Some(p) = problems.get_mut(shown) {
+                    p.0 = why;
                 }
             }
         }
@@ -99,18 +139,17 @@ impl Watch {
 
     /// The indexes in `group` of the shards whose first WAIT row is due.
     fn read(&self, base: &Config, credentials: &str, group: &[Watched]) -> crate::error::Result<Vec<usize>> {
-        let pool = {
-            let mut pools = self.pools.lock();
-            match pools.get(credentials) {
-                Some(p) => p.clone(),
-                None => {
-                    let mut c = base.clone();
-                    c.db_url = group[0].url.clone();
-                    c.db_pool_max = 1;
-                    let p = crate::db::connect(&c)?;
-                    pools.insert(credentials.to_string(), p.clone());
-                    p
-                }
+        // Not connected under the lock: a server that does not answer holds up no other's thread.
+        let known = self.pools.lock().get(credentials).cloned();
+        let pool = match known {
+            Some(p) => p,
+            None => {
+                let mut c = base.clone();
+                c.db_url = group[0].url.clone();
+                c.db_pool_max = 1;
+                let p = crate::db::connect(&c)?;
+                self.pools.lock().insert(credentials.to_string(), p.clone());
+                p
             }
         };
         let sql = group
@@ -134,9 +173,12 @@ impl Watch {
     }
 }
 
-/// The server of a shard's URL: its credentials and address (what a pool is shared by, never
-/// shown) and `host:port` (what is shown).
-fn server_of(url: &str) -> Option<(String, String)> {
+/// A database server as the watch tells them apart: credentials and address (what a pool is
+/// shared by, never shown), and `host:port` (what is shown).
+type Server = (String, String);
+
+/// The server of a shard's URL.
+fn server_of(url: &str) -> Option<Server> {
     let o = mysql::Opts::from_url(url).ok()?;
     let shown = format!("{}:{}", o.get_ip_or_hostname(), o.get_tcp_port());
     let credentials = format!(

@@ -361,3 +361,54 @@ fn the_watch_wakes_shards_whose_rows_are_due_and_a_server_it_cannot_read_is_name
     assert!(sends_by_key(&rec).values().all(|&n| n == 1));
     fleet.stop(Duration::from_secs(5));
 }
+
+/// One shard behind a proxy that stalls, then drops, its connections: the watch still wakes the
+/// other shard within its period (each server is read by a thread of its own), and the dropped
+/// shard's server is named by the watch.
+#[test]
+fn a_shard_whose_connections_stall_or_drop_holds_up_no_other_shard_s_wake_ups() {
+    use crate::proxy::{Mode, Proxy};
+    let shards = Shards::new("fleet_proxy", 2, &[]);
+    let proxy = Proxy::start("127.0.0.1:3306");
+    let mut cfg = shards.config(0, 1);
+    cfg.shards = Some(format!(
+        "{} {}/{}",
+        proxy.url(&shards.name(0)),
+        server_url(),
+        shards.name(1)
+    ));
+    cfg.shard_watch = Duration::from_millis(100);
+    // Only the watch gets fresh events out within the test's limits.
+    cfg.shard_scan_interval = Duration::from_secs(60);
+    let rec = Recorder::new();
+    let fleet = Fleet::builder(cfg, rec.clone()).start().unwrap();
+    assert!(wait_until(LIMIT, || running(&fleet, &shards.name(0))
+        && running(&fleet, &shards.name(1))));
+    // Shard 0 stalls: its watch statement hangs (up to the 30 s read timeout); shard 1's events
+    // are woken all the same, well within the scan interval of a minute.
+    proxy.set(Mode::Stall);
+    // Not a synchronisation: three watch periods, so that shard 0's server's read is the one
+    // stalled when the events come (the test passes without it, but proves less).
+    std::thread::sleep(Duration::from_millis(300));
+    shards.enqueue(1, "b", 10);
+    assert!(
+        wait_until(Duration::from_secs(15), || sent_with_prefix(&rec, "b-") == 10),
+        "shard 1 waited on shard 0's stalled server: {} of 10 sent",
+        sent_with_prefix(&rec, "b-")
+    );
+    // Dropped: the watch names the proxy's server, and shard 1 goes on.
+    proxy.set(Mode::Drop);
+    let shown = format!("127.0.0.1:{}", proxy.port);
+    assert!(wait_until(LIMIT, || fleet
+        .watch_problems()
+        .iter()
+        .any(|(server, _)| *server == shown)));
+    shards.enqueue(1, "c", 10);
+    assert!(wait_until(Duration::from_secs(15), || sent_with_prefix(&rec, "c-") == 10));
+    // Back: shard 0's events go out too.
+    proxy.set(Mode::Pass);
+    shards.enqueue(0, "a", 10);
+    assert!(wait_until(Duration::from_secs(90), || sent_with_prefix(&rec, "a-") == 10));
+    assert!(sends_by_key(&rec).values().all(|&n| n == 1));
+    fleet.stop(Duration::from_secs(5));
+}

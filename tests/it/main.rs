@@ -19,6 +19,7 @@ mod fleet_share;
 mod inbox;
 mod ordering;
 mod protocol;
+mod proxy;
 mod reemit;
 mod relay;
 #[cfg(feature = "rocketmq")]
