@@ -56,8 +56,7 @@ impl Watch {
     /// waiting on a dead connection up to the read timeout) delays no other server's wake-ups.
     pub fn run(&self, base: &Config, every: Duration, stop: Receiver<()>, shards: impl Fn() -> Vec<Watched>) {
         std::thread::scope(|s| {
-            let mut workers: BTreeMap<Server, (Arc<Mutex<Vec<Watched>>>, std::thread::ScopedJoinHandle<'_, ()>)> =
-                BTreeMap::new();
+            let mut workers: BTreeMap<Server, Worker<'_>> = BTreeMap::new();
             loop {
                 let mut by_server: BTreeMap<Server, Vec<Watched>> = BTreeMap::new();
                 for w in shards() {
@@ -172,6 +171,9 @@ impl Watch {
             .collect())
     }
 }
+
+/// A server's thread: the shards it reads (emptied to end it) and its handle.
+type Worker<'scope> = (Arc<Mutex<Vec<Watched>>>, std::thread::ScopedJoinHandle<'scope, ()>);
 
 /// A database server as the watch tells them apart: credentials and address (what a pool is
 /// shared by, never shown), and `host:port` (what is shown).
