@@ -74,7 +74,7 @@ impl FleetBuilder {
         let catalog = Catalog::default();
         let specs = match &self.config.shard_catalog_url {
             None => self.config.shard_specs()?,
-            Some(url) => {
+            Some(_) => {
                 let read = fleet_shards(&self.config);
                 catalog.record(&read);
                 match read {
@@ -82,10 +82,7 @@ impl FleetBuilder {
                     // A list with an error is refused at start, as `shards` is.
                     Err(e @ Error::Config(_)) => return Err(e),
                     // A catalog that cannot be read yet: the `shards` list meanwhile.
-                    Err(_) => {
-                        let _ = url;
-                        self.config.shard_specs()?
-                    }
+                    Err(_) => self.config.shard_specs()?,
                 }
             }
         };

@@ -227,6 +227,8 @@ impl Share {
              ON DUPLICATE KEY UPDATE view = VALUES(view), expires_at = VALUES(expires_at)",
             (&self.me, &view, lease_us),
         )?;
+        // The heartbeats of relays killed long ago go (a small table: every relay that ever ran).
+        conn.query_drop("DELETE FROM outbox_fleet_member WHERE expires_at < NOW(3) - INTERVAL 1 HOUR")?;
         let mut members: BTreeSet<String> = conn
             .exec::<String, _, _>(
                 "SELECT instance FROM outbox_fleet_member WHERE view = ? AND expires_at > NOW(3)",
