@@ -168,6 +168,9 @@ impl Share {
         let mut conn = p.get_conn()?;
         conn.query_drop(CREATE_MEMBER)?;
         conn.query_drop(CREATE_SHARD)?;
+        // The heartbeats of relays gone for an hour (killed, never to leave) go, once per
+        // connection: not at every tick, beside the others' heartbeats.
+        conn.query_drop("DELETE FROM outbox_fleet_member WHERE expires_at < NOW(3) - INTERVAL 1 HOUR")?;
         *pool = Some(p.clone());
         Ok(p)
     }
@@ -227,8 +230,6 @@ impl Share {
              ON DUPLICATE KEY UPDATE view = VALUES(view), expires_at = VALUES(expires_at)",
             (&self.me, &view, lease_us),
         )?;
-        // The heartbeats of relays killed long ago go (a small table: every relay that ever ran).
-        conn.query_drop("DELETE FROM outbox_fleet_member WHERE expires_at < NOW(3) - INTERVAL 1 HOUR")?;
         let mut members: BTreeSet<String> = conn
             .exec::<String, _, _>(
                 "SELECT instance FROM outbox_fleet_member WHERE view = ? AND expires_at > NOW(3)",
