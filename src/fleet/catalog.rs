@@ -23,7 +23,9 @@ pub fn fleet_shards(config: &Config) -> Result<Vec<ShardSpec>> {
     let rows = read(config, url)?;
     // Each list alone first, so that an error names the key whose list has it.
     config.shard_specs()?;
-    expand_shards("shard.catalog.query", &rows, &config.table)?;
+    if !rows.trim().is_empty() {
+        expand_shards("shard.catalog.query", &rows, &config.table)?;
+    }
     let both = match &config.shards {
         Some(list) => format!("{list} {rows}"),
         None => rows,

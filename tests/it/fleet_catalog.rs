@@ -104,3 +104,32 @@ fn a_catalog_with_a_bad_row_is_refused_at_start_and_a_relay_given_a_catalog_poin
     let e = outbox::Relay::start(c, Recorder::new()).unwrap_err().to_string();
     assert!(e.contains("shard.catalog.url") && e.contains("fleet"), "{e}");
 }
+
+#[test]
+fn an_empty_catalog_starts_a_fleet_of_no_shard_that_takes_the_first_row_when_it_comes() {
+    let shards = Shards::new("catalog_empty", 1, &[]);
+    let catalog = TestDb::empty("catalog_empty_c");
+    catalog
+        .conn()
+        .query_drop("CREATE TABLE outbox_shards (url VARCHAR(255))")
+        .unwrap();
+    let mut cfg = Config::default();
+    cfg.set("shard.catalog.url", &catalog.url).unwrap();
+    cfg.set("shard.catalog.reload.ms", "1000").unwrap();
+    cfg.sent_rows = outbox::SentRows::Keep;
+    let rec = Recorder::new();
+    let fleet = Fleet::builder(cfg, rec.clone()).start().unwrap();
+    assert!(fleet.shards().is_empty());
+    assert!(fleet.catalog_problem().is_none());
+    catalog
+        .conn()
+        .exec_drop(
+            "INSERT INTO outbox_shards VALUES (?)",
+            (format!("{}/{}", server_url(), shards.name(0)),),
+        )
+        .unwrap();
+    shards.enqueue(0, "a", 5);
+    assert!(wait_until(LIMIT, || shards.count(0, "SUCCESS") == 5));
+    assert!(fleet.catalog_problem().is_none());
+    fleet.stop(Duration::from_secs(5));
+}
