@@ -1664,14 +1664,20 @@ fn two_outboxd_split_a_fleet_and_the_shards_of_one_killed_are_taken_over() {
             .all(|i| shards.count(i, "SUCCESS") == 20)),
         "the split fleet did not relay"
     );
-    let (_, metrics) = http_get(pa, "/metrics").unwrap();
-    for line in [
+    // As of a's last tick (every third of the lease), which may predate b's claims by a tick.
+    let lines = [
         "outbox_fleet_members 2",
         "outbox_fleet_shards_here 2",
         "outbox_fleet_shards_unowned 0",
-    ] {
-        assert!(metrics.contains(line), "{line} missing from /metrics:\n{metrics}");
-    }
+    ];
+    let mut metrics = String::new();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            metrics = http_get(pa, "/metrics").map(|r| r.1).unwrap_or_default();
+            lines.iter().all(|l| metrics.contains(l))
+        }),
+        "{lines:?} not all in /metrics:\n{metrics}"
+    );
     // status names each shard's relay: two each.
     let (code, stdout, stderr) = out({
         let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
