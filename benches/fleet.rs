@@ -212,16 +212,7 @@ fn drain(a: &Args) {
         wait_for(Duration::from_secs(600), || relay.counters().sent >= total as u64);
         let one_rate = total as f64 / t0.elapsed().as_secs_f64();
         relay.stop(Duration::from_secs(10));
-        std::thread::scope(|s| {
-            for w in 0..2 {
-                let dbs = &dbs;
-                s.spawn(move || {
-                    for i in (w..a.shards).step_by(2) {
-                        dbs.fill(i, per);
-                    }
-                });
-            }
-        });
+        dbs.fill_all(per);
         let cfg = fleet_config(
             a,
             &format!("{PREFIX}_drain_{}_{round}", std::process::id()),
@@ -365,16 +356,7 @@ fn isolation(a: &Args) {
             for name in &dbs.names {
                 c.query_drop(format!("TRUNCATE TABLE {name}.t_event_record")).unwrap();
             }
-            std::thread::scope(|s| {
-                for w in 0..2 {
-                    let dbs = &dbs;
-                    s.spawn(move || {
-                        for i in (w..n).step_by(2) {
-                            dbs.fill(i, per);
-                        }
-                    });
-                }
-            });
+            dbs.fill_all(per);
             let cfg = fleet_config(a, &format!("{PREFIX}_iso_{}_{round}", std::process::id()), list.clone());
             let fleet = Fleet::builder(cfg.clone(), publisher(&cfg)).start().unwrap();
             let bad = dbs.names[0].clone();

@@ -155,6 +155,18 @@ struct Relays {
 }
 
 impl Relays {
+    /// None running yet; each will relay `shards` to `topic`, split through `coord` (`-`: none).
+    fn new(a: &Args, topic: &str, coord: &str, shards: String) -> Relays {
+        Relays {
+            args: [topic.to_string(), coord.to_string(), a.lease_ms.to_string(), shards]
+                .into_iter()
+                .chain(a.sets.iter().cloned())
+                .collect(),
+            children: Vec::new(),
+            started: 0,
+        }
+    }
+
     fn spawn(&mut self, slot: usize) {
         self.started += 1;
         let id = format!("share-{slot}-g{}", self.started);
@@ -208,19 +220,7 @@ fn run(a: &Args) -> bool {
     );
     // First, for comparison: the same relays without coordination, each serving every shard.
     let alone_most = {
-        let mut alone = Relays {
-            args: [
-                topic.clone(),
-                "-".into(),
-                a.lease_ms.to_string(),
-                dbs.shards(0..a.shards),
-            ]
-            .into_iter()
-            .chain(a.sets.iter().cloned())
-            .collect(),
-            children: Vec::new(),
-            started: 0,
-        };
+        let mut alone = Relays::new(a, &topic, "-", dbs.shards(0..a.shards));
         let (done, most) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
         let sampler = sample_connections(done.clone(), most.clone());
         for slot in 0..a.relays {
@@ -232,19 +232,7 @@ fn run(a: &Args) -> bool {
         alone.stop();
         most.load(Relaxed)
     };
-    let mut relays = Relays {
-        args: [
-            topic.clone(),
-            coord_url,
-            a.lease_ms.to_string(),
-            dbs.shards(0..a.shards),
-        ]
-        .into_iter()
-        .chain(a.sets.iter().cloned())
-        .collect(),
-        children: Vec::new(),
-        started: 0,
-    };
+    let mut relays = Relays::new(a, &topic, &coord_url, dbs.shards(0..a.shards));
     for slot in 0..a.relays {
         relays.spawn(slot);
     }

@@ -13,6 +13,21 @@ pub fn connect(config: &Config) -> Result<Pool> {
     open(config, config.db_pool_max.max(1), Vec::new())
 }
 
+/// A pool of one connection to `url`, another database than `db.url` (a fleet's coordination or
+/// catalog database, a server its watch reads), with the sessions of [`connect`]; a URL the driver
+/// refuses is named under `key`.
+pub fn connect_one(config: &Config, key: &str, url: &str) -> Result<Pool> {
+    let mut c = config.clone();
+    c.db_url = url.to_string();
+    c.db_pool_max = 1;
+    connect(&c).map_err(|e| match e {
+        Error::Config(crate::error::ConfigError::InvalidValue { key: k, reason, .. }) if k == "db.url" => {
+            crate::error::ConfigError::invalid(key, crate::config::redact_url(url), reason).into()
+        }
+        other => other,
+    })
+}
+
 /// Opens the pool of held claim rounds (`claim.strategy = held`): one connection per worker and
 /// one for the round being claimed, READ COMMITTED, each session's `wait_timeout` the lease, so
 /// a round whose relay stalls mid-send loses its locks when the server drops the connection.

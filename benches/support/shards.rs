@@ -52,6 +52,19 @@ impl Dbs {
         range.map(|i| self.url(i)).collect::<Vec<_>>().join(" ")
     }
 
+    /// `n` events in every shard, by two writers (the even shards and the odd ones).
+    pub fn fill_all(&self, n: usize) {
+        std::thread::scope(|s| {
+            for w in 0..2 {
+                s.spawn(move || {
+                    for i in (w..self.names.len()).step_by(2) {
+                        self.fill(i, n);
+                    }
+                });
+            }
+        });
+    }
+
     /// `n` events committed in shard `i`, 500 per transaction.
     pub fn fill(&self, i: usize, n: usize) {
         let pool = Pool::new(Opts::from_url(&self.url(i)).unwrap()).unwrap();

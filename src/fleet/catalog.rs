@@ -4,16 +4,12 @@
 //! The fleet serves the shards of `shards` and of the catalog together; a catalog that cannot be
 //! read leaves the shards as they are and is reported ([`Catalog::problem`]).
 
-use std::time::{Duration, Instant};
-
 use mysql::prelude::Queryable;
 use parking_lot::Mutex;
 
+use super::problem::Problem;
 use crate::config::{expand_shards, Config, ShardSpec};
 use crate::error::{ConfigError, Result};
-
-/// How often a catalog that cannot be read is logged.
-const LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Every shard `config` names: its `shards`, then the rows of its catalog when it has one.
 pub fn fleet_shards(config: &Config) -> Result<Vec<ShardSpec>> {
@@ -44,15 +40,7 @@ pub fn fleet_shards(config: &Config) -> Result<Vec<ShardSpec>> {
 
 /// The catalog's rows as one list of entries (`url` or `url#table`, separated by spaces).
 fn read(config: &Config, url: &str) -> Result<String> {
-    let mut c = config.clone();
-    c.db_url = url.to_string();
-    c.db_pool_max = 1;
-    let pool = crate::db::connect(&c).map_err(|e| match e {
-        crate::error::Error::Config(ConfigError::InvalidValue { key, reason, .. }) if key == "db.url" => {
-            ConfigError::invalid("shard.catalog.url", crate::config::redact_url(url), reason).into()
-        }
-        other => other,
-    })?;
+    let pool = crate::db::connect_one(config, "shard.catalog.url", url)?;
     let rows: Vec<mysql::Row> = pool.get_conn()?.query(&config.shard_catalog_query)?;
     let mut entries = Vec::with_capacity(rows.len());
     for row in rows {
@@ -73,16 +61,16 @@ fn read(config: &Config, url: &str) -> Result<String> {
     Ok(entries.join(" "))
 }
 
-/// The last failure to read the catalog, and when it was logged.
+/// The last failure to read the catalog.
 #[derive(Default)]
 pub(super) struct Catalog {
-    problem: Mutex<Option<(String, Instant)>>,
+    problem: Mutex<Problem>,
 }
 
 impl Catalog {
     /// Why the last read failed, when it did.
     pub fn problem(&self) -> Option<String> {
-        self.problem.lock().as_ref().map(|(why, _)| why.clone())
+        self.problem.lock().why().map(str::to_string)
     }
 
     /// Records the outcome of a read: a failure is logged at most once a minute.
@@ -90,17 +78,14 @@ impl Catalog {
         let mut problem = self.problem.lock();
         match result {
             Ok(_) => {
-                if problem.take().is_some() {
+                if problem.clear() {
                     log::info!("fleet catalog: read again; the shards follow it");
                 }
             }
             Err(e) => {
                 let why = format!("cannot read the shard catalog: {e}");
-                if problem.as_ref().is_none_or(|(_, at)| at.elapsed() >= LOG_EVERY) {
+                if problem.fail(why.clone()) {
                     log::warn!("fleet catalog: {why}; the shards stay as they are");
-                    *problem = Some((why, Instant::now()));
-                } else if let Some(p) = problem.as_mut() {
-                    p.0 = why;
                 }
             }
         }

@@ -31,6 +31,7 @@ use crate::relay::{Delivery, Relay, StopReport};
 use crate::store::DeadLetter;
 
 mod catalog;
+mod problem;
 mod share;
 mod watch;
 pub use catalog::fleet_shards;
@@ -348,8 +349,14 @@ impl FleetInner {
             let read = fleet_shards(&self.base);
             self.catalog.record(&read);
             if let Ok(specs) = read {
-                let now: Vec<ShardSpec> = fleet.shards().into_iter().map(|v| v.spec).collect();
-                if specs != now {
+                // Compared whatever the order: the fleet keeps its shards in the order they came,
+                // the catalog lists them in its own.
+                let by_name = |mut v: Vec<ShardSpec>| {
+                    v.sort_by(|a, b| a.name.cmp(&b.name));
+                    v
+                };
+                let now = by_name(fleet.shards().into_iter().map(|v| v.spec).collect());
+                if by_name(specs.clone()) != now {
                     if let Err(e) = fleet.reload(specs, drain) {
                         log::error!("fleet catalog: {e}");
                     }
@@ -441,14 +448,13 @@ impl Fleet {
         self.inner.watch.problems()
     }
 
-    /// Which relay holds each shard of `config` (by shard name), read from its
-    /// `shard.coordination.url` (`None` when it has none): what `outboxd status` shows. A shard
-    /// nobody holds now is absent.
-    pub fn holders(config: &Config) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+    /// Which relay holds each of `specs` (the shards of `config`, [`fleet_shards`]) by shard
+    /// name, read from its `shard.coordination.url` (`None` when it has none): what `outboxd
+    /// status` shows. A shard nobody holds now is absent.
+    pub fn holders(config: &Config, specs: &[ShardSpec]) -> Result<Option<std::collections::BTreeMap<String, String>>> {
         let Some(url) = &config.shard_coordination_url else {
             return Ok(None);
         };
-        let specs = fleet_shards(config)?;
         let keys: Vec<String> = specs.iter().map(shard_key).collect();
         let by_key = share::holders(config, url, &keys)?;
         Ok(Some(

@@ -18,19 +18,18 @@
 //! keeps serving what it held (nobody else can take it over without reaching it) and says so.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mysql::prelude::Queryable;
 use mysql::{Pool, Value};
 use parking_lot::Mutex;
 
+use super::problem::Problem;
 use crate::config::{Config, ShardSpec};
 use crate::error::Result;
 
 /// Longest shard key the table stores.
 const KEY_MAX: usize = 255;
-/// How often a failing coordination database is logged.
-const LOG_EVERY: Duration = Duration::from_secs(60);
 
 const CREATE_MEMBER: &str = "CREATE TABLE IF NOT EXISTS outbox_fleet_member (
     instance VARCHAR(128) NOT NULL PRIMARY KEY,
@@ -124,7 +123,7 @@ pub(super) struct Share {
     /// The keys whose rows are known to exist.
     ensured: Mutex<BTreeSet<String>>,
     /// The last failure and when it was last logged.
-    problem: Mutex<Option<(String, Instant)>>,
+    problem: Mutex<Problem>,
     last: Mutex<Option<(usize, usize)>>,
 }
 
@@ -136,7 +135,7 @@ impl Share {
             lease: config.shard_lease,
             pool: Mutex::new(None),
             ensured: Mutex::new(BTreeSet::new()),
-            problem: Mutex::new(None),
+            problem: Mutex::default(),
             last: Mutex::new(None),
         }
     }
@@ -148,7 +147,7 @@ impl Share {
 
     /// Why the last tick failed, when it did.
     pub fn problem(&self) -> Option<String> {
-        self.problem.lock().as_ref().map(|(why, _)| why.clone())
+        self.problem.lock().why().map(str::to_string)
     }
 
     /// Live relays of this view and shards nobody holds, as of the last successful tick.
@@ -161,10 +160,7 @@ impl Share {
         if let Some(p) = &*pool {
             return Ok(p.clone());
         }
-        let mut c = base.clone();
-        c.db_url = self.url.clone();
-        c.db_pool_max = 1;
-        let p = crate::db::connect(&c).map_err(|e| rename_url_key(e, &self.url))?;
+        let p = crate::db::connect_one(base, "shard.coordination.url", &self.url)?;
         let mut conn = p.get_conn()?;
         conn.query_drop(CREATE_MEMBER)?;
         conn.query_drop(CREATE_SHARD)?;
@@ -186,7 +182,7 @@ impl Share {
     ) -> Result<Holding> {
         match self.round(base, keys, release) {
             Ok(h) => {
-                if self.problem.lock().take().is_some() {
+                if self.problem.lock().clear() {
                     log::info!(
                         "fleet coordination: {} answers again",
                         crate::config::redact_url(&self.url)
@@ -203,12 +199,8 @@ impl Share {
                     "cannot reach the coordination database {}: {e}",
                     crate::config::redact_url(&self.url)
                 );
-                let mut problem = self.problem.lock();
-                if problem.as_ref().is_none_or(|(_, at)| at.elapsed() >= LOG_EVERY) {
+                if self.problem.lock().fail(why.clone()) {
                     log::warn!("fleet coordination: {why}; the shards held go on being relayed, none is taken over");
-                    *problem = Some((why, Instant::now()));
-                } else if let Some(p) = problem.as_mut() {
-                    p.0 = why;
                 }
                 Err(e)
             }
@@ -344,10 +336,7 @@ impl Share {
 /// Each of `keys`' holder with a hold still running, read from the coordination database at
 /// `url` (for `outboxd status`; no table yet: nobody holds anything).
 pub(super) fn holders(config: &Config, url: &str, keys: &[String]) -> Result<BTreeMap<String, String>> {
-    let mut c = config.clone();
-    c.db_url = url.to_string();
-    c.db_pool_max = 1;
-    let pool = crate::db::connect(&c).map_err(|e| rename_url_key(e, url))?;
+    let pool = crate::db::connect_one(config, "shard.coordination.url", url)?;
     let mut conn = pool.get_conn()?;
     let exists: Option<u8> = conn.query_first(
         "SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'outbox_fleet_shard'",
@@ -367,16 +356,6 @@ pub(super) fn holders(config: &Config, url: &str, keys: &[String]) -> Result<BTr
 
 fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
-}
-
-/// An error opening the coordination pool names its own key, not `db.url`.
-fn rename_url_key(e: crate::error::Error, url: &str) -> crate::error::Error {
-    match e {
-        crate::error::Error::Config(crate::error::ConfigError::InvalidValue { key, reason, .. }) if key == "db.url" => {
-            crate::error::ConfigError::invalid("shard.coordination.url", crate::config::redact_url(url), reason).into()
-        }
-        other => other,
-    }
 }
 
 #[cfg(test)]

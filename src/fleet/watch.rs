@@ -11,13 +11,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use mysql::prelude::Queryable;
 use mysql::Pool;
 use parking_lot::Mutex;
 
+use super::problem::Problem;
 use crate::config::Config;
 use crate::relay::Relay;
 use crate::sql::ident;
@@ -35,11 +36,8 @@ pub(super) struct Watched {
 #[derive(Default)]
 pub(super) struct Watch {
     pools: Mutex<BTreeMap<String, Pool>>,
-    problems: Mutex<BTreeMap<String, (String, Instant)>>,
+    problems: Mutex<BTreeMap<String, Problem>>,
 }
-
-/// How often a failing server's statement is logged.
-const LOG_EVERY: Duration = Duration::from_secs(60);
 
 impl Watch {
     /// Each server whose statement failed at the last tick (`host:port`) and why.
@@ -47,7 +45,7 @@ impl Watch {
         self.problems
             .lock()
             .iter()
-            .map(|(server, (why, _))| (server.clone(), why.clone()))
+            .filter_map(|(server, p)| Some((server.clone(), p.why()?.to_string())))
             .collect()
     }
 
@@ -121,16 +119,11 @@ impl Watch {
                 // (the database this one was opened on may be gone).
                 self.pools.lock().remove(credentials);
                 let why = format!("cannot read the shards' first due rows: {e}");
-                let mut problems = self.problems.lock();
-                let log_now = problems.get(shown).is_none_or(|(_, at)| at.elapsed() >= LOG_EVERY);
-                if log_now {
+                if self.problems.lock().entry(shown.clone()).or_default().fail(why.clone()) {
                     log::warn!(
                         "fleet watch: server {shown}: {why}; its {} shards scan every shard.scan.interval.ms meanwhile",
                         group.len()
                     );
-                    problems.insert(shown.clone(), (why, Instant::now()));
-                } else if let Some(p) = problems.get_mut(shown) {
-                    p.0 = why;
                 }
             }
         }
@@ -143,10 +136,7 @@ impl Watch {
         let pool = match known {
             Some(p) => p,
             None => {
-                let mut c = base.clone();
-                c.db_url = group[0].url.clone();
-                c.db_pool_max = 1;
-                let p = crate::db::connect(&c)?;
+                let p = crate::db::connect_one(base, "shards", &group[0].url)?;
                 self.pools.lock().insert(credentials.to_string(), p.clone());
                 p
             }

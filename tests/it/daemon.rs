@@ -19,6 +19,19 @@ fn outboxd(db: &TestDb) -> Command {
     c
 }
 
+/// `outboxd` for a fleet: no db.url (the fleet's keys say where), as [`outboxd`] otherwise,
+/// relaying to `topic` on the loopback broker.
+fn fleet_outboxd(topic: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
+    c.env_remove("OUTBOX_DB_URL")
+        .env_remove("OUTBOX_CONFIG")
+        .env("RUST_LOG", "info")
+        .env("OUTBOX_SENT_ROWS", "keep")
+        .env("OUTBOX_TOPIC", topic)
+        .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876");
+    c
+}
+
 fn out(mut c: Command) -> (i32, String, String) {
     let Output { status, stdout, stderr } = c.output().unwrap();
     (
@@ -1482,14 +1495,8 @@ fn run_over_a_fleet_labels_each_shard_names_a_missing_one_and_re_reads_shards_on
     write(&format!("{server}/{}_{{0..2}}", shards.base));
     let port = free_port();
     let cli = || {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
-        c.env_remove("OUTBOX_DB_URL")
-            .env("RUST_LOG", "info")
-            .env("OUTBOX_SENT_ROWS", "keep")
-            .env("OUTBOX_TOPIC", format!("T_{}", shards.base))
-            .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876")
-            .arg("--config")
-            .arg(&file);
+        let mut c = fleet_outboxd(&format!("T_{}", shards.base));
+        c.arg("--config").arg(&file);
         c
     };
     let (s0, s1, s2) = (shards.name(0), shards.name(1), shards.name(2));
@@ -1626,13 +1633,8 @@ fn two_outboxd_split_a_fleet_and_the_shards_of_one_killed_are_taken_over() {
     )
     .unwrap();
     let start = |id: &str, port: u16| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
-        c.env_remove("OUTBOX_DB_URL")
-            .env("RUST_LOG", "info")
-            .env("OUTBOX_SENT_ROWS", "keep")
-            .env("OUTBOX_INSTANCE_ID", id)
-            .env("OUTBOX_TOPIC", format!("T_{}", shards.base))
-            .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876")
+        let mut c = fleet_outboxd(&format!("T_{}", shards.base));
+        c.env("OUTBOX_INSTANCE_ID", id)
             .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{port}"))
             .arg("--config")
             .arg(&file)
@@ -1680,8 +1682,8 @@ fn two_outboxd_split_a_fleet_and_the_shards_of_one_killed_are_taken_over() {
     );
     // status names each shard's relay: two each.
     let (code, stdout, stderr) = out({
-        let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
-        c.env_remove("OUTBOX_DB_URL").arg("--config").arg(&file).arg("status");
+        let mut c = fleet_outboxd(&format!("T_{}", shards.base));
+        c.arg("--config").arg(&file).arg("status");
         c
     });
     assert_eq!(code, 0, "{stdout}{stderr}");
@@ -1738,14 +1740,9 @@ fn run_over_a_catalog_follows_its_rows() {
         .unwrap();
     let port = free_port();
     let cli = || {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_outboxd"));
-        c.env_remove("OUTBOX_DB_URL")
-            .env("RUST_LOG", "info")
-            .env("OUTBOX_SENT_ROWS", "keep")
-            .env("OUTBOX_SHARD_CATALOG_URL", &catalog.url)
-            .env("OUTBOX_SHARD_CATALOG_RELOAD_MS", "1000")
-            .env("OUTBOX_TOPIC", format!("T_{}", shards.base))
-            .env("OUTBOX_ROCKETMQ_NAMESRV", "127.0.0.1:9876");
+        let mut c = fleet_outboxd(&format!("T_{}", shards.base));
+        c.env("OUTBOX_SHARD_CATALOG_URL", &catalog.url)
+            .env("OUTBOX_SHARD_CATALOG_RELOAD_MS", "1000");
         c
     };
     let (code, stdout, stderr) = out({

@@ -516,7 +516,8 @@ pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
         ));
     }
     let here = shards.iter().filter(|v| v.is_here()).count();
-    if let Some(why) = fleet.catalog_problem() {
+    let catalog_problem = fleet.catalog_problem();
+    if let Some(why) = &catalog_problem {
         lines.push(format!("catalog: {why} (the shards listed before are served)"));
     }
     if shards.is_empty() {
@@ -554,7 +555,7 @@ pub fn fleet_health(fleet: &Fleet) -> (u16, String) {
         body.push_str(&l);
         body.push('\n');
     }
-    let ok = shards.is_empty() && fleet.catalog_problem().is_none()
+    let ok = shards.is_empty() && catalog_problem.is_none()
         || match &coordination {
             // Holding nothing while the others hold everything is a healthy spare.
             Some(c) if here == 0 => c.problem.is_none(),

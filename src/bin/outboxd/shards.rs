@@ -189,7 +189,7 @@ pub fn status(config: &Config, json: bool) -> FleetResult {
     let mut failed = Vec::new();
     // With shard.coordination.url: which relay holds each shard (a database that cannot be read
     // is said, the shards still listed).
-    let holders = match Fleet::holders(config) {
+    let holders = match Fleet::holders(config, &specs) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("cannot read who relays which shard: {e}");
