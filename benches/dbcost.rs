@@ -2,8 +2,9 @@
 //! utime + stime), per order and per event, nothing else touching the server:
 //!
 //! - an order transaction alone (one order row, COMMIT), then with its event (the library's
-//!   INSERT in the same transaction), and with its event on the table as it was before V14
-//!   (with `idx_status_claimed_at`), in rotating order round after round;
+//!   INSERT in the same transaction), and with its event inserted by the statement the library
+//!   used before (the scheduled INSERT's due-time expression on every row), in rotating order
+//!   round after round;
 //! - one relay draining those events to RocketMQ, per claim strategy and `sent.rows`;
 //! - retention deleting kept rows afterwards (what `sent.rows = keep` leaves for later);
 //! - a consumer with the inbox crediting the relayed events (its defaults, a one-row handler);
@@ -245,7 +246,7 @@ impl Drop for Db {
 enum Phase {
     Alone,
     WithEvent,
-    Before,
+    Previous,
 }
 
 impl Phase {
@@ -253,13 +254,26 @@ impl Phase {
         match self {
             Phase::Alone => "alone                  ",
             Phase::WithEvent => "with event             ",
-            Phase::Before => "with event, before V14 ",
+            Phase::Previous => "with event, previous    ",
         }
     }
 }
 
-/// `n` order transactions from `writers` connections, each with its event when `with_event`.
-fn orders(db: &Db, n: u64, writers: usize, with_event: bool, round: usize) -> u64 {
+/// How an order's event is written, if it is.
+#[derive(Clone, Copy, PartialEq)]
+enum EventInsert {
+    None,
+    /// The library's INSERT (`outbox::enqueue_in_tx`).
+    Library,
+    /// The statement the library used before events due now left their due time to the column's
+    /// default: the scheduled INSERT, its schedule parameters NULL.
+    Previous,
+}
+
+/// `n` order transactions from `writers` connections, each with its event as `event` says.
+fn orders(db: &Db, n: u64, writers: usize, event: EventInsert, round: usize) -> u64 {
+    let with_event = event != EventInsert::None;
+    let previous = &outbox::insert_scheduled_statement("t_event_record").unwrap();
     let per = n / writers as u64;
     std::thread::scope(|s| {
         for w in 0..writers {
@@ -274,12 +288,31 @@ fn orders(db: &Db, n: u64, writers: usize, with_event: bool, round: usize) -> u6
                         (&order, i % 10_000, 1999),
                     )
                     .unwrap();
-                    if with_event {
-                        let payload = format!(
+                    let payload = || {
+                        format!(
                             "{{\"order\":\"{order}\",\"amount_cents\":1999,\"note\":\"{}\"}}",
                             "x".repeat(140)
-                        );
-                        outbox::enqueue_in_tx(&mut tx, &NewEvent::new(order, "ORDER_CREATED", payload)).unwrap();
+                        )
+                    };
+                    match event {
+                        EventInsert::None => {}
+                        EventInsert::Library => {
+                            outbox::enqueue_in_tx(&mut tx, &NewEvent::new(&order, "ORDER_CREATED", payload())).unwrap();
+                        }
+                        EventInsert::Previous => {
+                            let none = None::<String>;
+                            let params = (
+                                &order,
+                                "ORDER_CREATED",
+                                payload(),
+                                &none,
+                                &none,
+                                &none,
+                                None::<i64>,
+                                None::<i64>,
+                            );
+                            tx.exec_drop(previous, params).unwrap();
+                        }
                     }
                     tx.commit().unwrap();
                 }
@@ -493,7 +526,7 @@ fn main() {
     );
     let mut plain = Vec::new();
     let mut with_event = Vec::new();
-    let mut with_event_before = Vec::new();
+    let mut with_previous = Vec::new();
     let mut relay: Vec<Vec<Cost>> = vec![Vec::new(); STRATEGIES.len()];
     let mut retention = Vec::new();
     let mut consumed = Vec::new();
@@ -514,23 +547,17 @@ fn main() {
             )
             .unwrap();
         let mut relayed = 0;
-        // The same orders with their events on the table as it was before V14 dropped
-        // idx_status_claimed_at: what that index cost each INSERT, in the same run.
-        let before = Db::fresh(&a.server, "v13");
-        before
-            .pool
-            .get_conn()
-            .unwrap()
-            .query_drop("ALTER TABLE t_event_record ADD INDEX idx_status_claimed_at (status, claimed_at)")
-            .unwrap();
+        // The previous statement writes into a database of its own, so the relays below drain
+        // the library's rows only.
+        let previous = Db::fresh(&a.server, "previous");
         // Rotate which goes first, so a drift in the server's state favours none.
-        let mut phases = [Phase::Alone, Phase::WithEvent, Phase::Before];
+        let mut phases = [Phase::Alone, Phase::WithEvent, Phase::Previous];
         phases.rotate_left(round % 3);
         for phase in phases {
             let (target, events) = match phase {
-                Phase::Alone => (&db, false),
-                Phase::WithEvent => (&db, true),
-                Phase::Before => (&before, true),
+                Phase::Alone => (&db, EventInsert::None),
+                Phase::WithEvent => (&db, EventInsert::Library),
+                Phase::Previous => (&previous, EventInsert::Previous),
             };
             let c = measure(&target.pool, pid, || orders(target, a.events, a.writers, events, round));
             println!(
@@ -541,17 +568,17 @@ fn main() {
             match phase {
                 Phase::Alone => plain.push(c),
                 Phase::WithEvent => with_event.push(c),
-                Phase::Before => with_event_before.push(c),
+                Phase::Previous => with_previous.push(c),
             }
         }
-        drop(before);
+        drop(previous);
         if a.only_orders {
             continue;
         }
         // Each strategy drains a fresh batch of the same events, written the library's way.
         for (i, (name, strategy, sent_rows)) in STRATEGIES.iter().enumerate() {
             if pending(&db) == 0 {
-                let _ = orders(&db, a.events, a.writers, true, round * 100 + i + 1);
+                let _ = orders(&db, a.events, a.writers, EventInsert::Library, round * 100 + i + 1);
             }
             let c = measure(&db.pool, pid, || drain(&db, &topic, *strategy, *sent_rows));
             relayed += c.units;
@@ -594,7 +621,7 @@ fn main() {
         );
         live_parts.push(parts);
     }
-    report(&plain, &with_event, &with_event_before, &relay, &retention, &consumed);
+    report(&plain, &with_event, &with_previous, &relay, &retention, &consumed);
     if !a.only_orders {
         report_live(&a, &plain, &live_parts);
     }
@@ -610,7 +637,7 @@ fn median(costs: &[Cost], f: impl Fn(&Cost) -> f64) -> f64 {
 fn report(
     plain: &[Cost],
     with_event: &[Cost],
-    before: &[Cost],
+    previous: &[Cost],
     relay: &[Vec<Cost>],
     retention: &[Cost],
     consumed: &[Cost],
@@ -650,11 +677,11 @@ fn report(
         "| the enqueue's addition | {enqueue:.1} | {:.2} | | | |",
         enqueue / order
     );
-    let earlier = median(before, Cost::us_per_unit);
+    let earlier = median(previous, Cost::us_per_unit);
     line(
-        "the same on the table before V14 (with idx_status_claimed_at)",
+        "the same with the previous INSERT (a due-time expression on every row)",
         earlier,
-        before,
+        previous,
     );
     println!(
         "| its enqueue's addition | {:.1} | {:.2} | | | |",

@@ -81,7 +81,8 @@ impl Schedule {
         }
     }
 
-    /// The values of the INSERT's `deliver_at_ms` and `delay_ms` parameters ([`INSERT_PARAMS`](crate::INSERT_PARAMS)).
+    /// The values of the scheduled INSERT's `deliver_at_ms` and `delay_ms` parameters
+    /// ([`INSERT_SCHEDULED_PARAMS`](crate::INSERT_SCHEDULED_PARAMS)).
     pub fn params(schedule: Option<&Schedule>) -> (Option<i64>, Option<i64>) {
         match schedule {
             None => (None, None),

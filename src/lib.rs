@@ -54,7 +54,10 @@ pub use relay::{
     enqueue_in_tx, enqueue_in_tx_with, DeadLetterHook, Delivery, LatencyHook, Relay, RelayBuilder, StopReport,
 };
 pub use stats::{BreakerState, Stats};
-pub use store::{insert_statement, DeadLetter, Gauges, ScanPosition, INSERT_PARAMS};
+pub use store::{
+    insert_scheduled_statement, insert_statement, DeadLetter, Gauges, ScanPosition, INSERT_PARAMS,
+    INSERT_SCHEDULED_PARAMS,
+};
 
 #[cfg(feature = "jni")]
 pub mod jni;

@@ -91,7 +91,18 @@ func Version() string { return C.GoString(C.outbox_version()) }
 
 // InsertParams names the parameters of Relay.InsertStatement, in order.
 func InsertParams() []string {
-	n := int(C.outbox_insert_param_count())
+	return paramNames(int(C.outbox_insert_param_count()))
+}
+
+// InsertScheduledParams names the parameters of Relay.InsertScheduledStatement, in order: those
+// of InsertParams, then deliver_at_ms and delay_ms.
+func InsertScheduledParams() []string {
+	return paramNames(int(C.outbox_insert_scheduled_param_count()))
+}
+
+// paramNames is the first n names of the scheduled INSERT's parameters (the plain INSERT's are
+// its first ones).
+func paramNames(n int) []string {
 	names := make([]string, n)
 	for i := range names {
 		names[i] = C.GoString(C.outbox_insert_param_name(C.size_t(i)))
@@ -172,15 +183,19 @@ func Migrate(cfg Config) error {
 // safe for concurrent use. Stop it, then Close it; Close alone also stops it.
 type Relay struct {
 	// stopped is set by the first Stop: from then on no path enqueues through this relay.
-	stopped  atomic.Bool
-	mu       sync.RWMutex
-	h        *C.outbox_relay
-	dl       cgo.Handle
-	sqlOnce  sync.Once
-	sql      string
-	sqlErr   error
-	paramsMu sync.Once
-	params   []string
+	stopped atomic.Bool
+	mu      sync.RWMutex
+	h       *C.outbox_relay
+	dl      cgo.Handle
+	inserts [2]insert // due now, scheduled
+}
+
+// insert is one of a relay's INSERTs and its parameter names, read once from the library.
+type insert struct {
+	once   sync.Once
+	sql    string
+	params []string
+	err    error
 }
 
 // Start starts a relay.
@@ -359,24 +374,45 @@ func (r *Relay) Stats() (Stats, error) {
 	return s, err
 }
 
-// InsertStatement is the parameterised INSERT that enqueues one event into the relay's table;
-// its parameters are named by InsertParams. EnqueueTx uses it.
+// InsertStatement is the parameterised INSERT that enqueues one event due now into the
+// relay's table; its parameters are named by InsertParams. EnqueueTx uses it.
 func (r *Relay) InsertStatement() (string, error) {
-	r.sqlOnce.Do(func() {
-		r.sqlErr = r.with(func(h *C.outbox_relay) error {
+	ins := r.insert(false)
+	return ins.sql, ins.err
+}
+
+// InsertScheduledStatement is the parameterised INSERT that enqueues one scheduled event into
+// the relay's table; its parameters are named by InsertScheduledParams. EnqueueTx uses it for
+// events with DeliverAt or DeliverAfter.
+func (r *Relay) InsertScheduledStatement() (string, error) {
+	ins := r.insert(true)
+	return ins.sql, ins.err
+}
+
+func (r *Relay) insert(scheduled bool) *insert {
+	i := 0
+	if scheduled {
+		i = 1
+	}
+	ins := &r.inserts[i]
+	ins.once.Do(func() {
+		ins.err = r.with(func(h *C.outbox_relay) error {
 			var err error
-			r.sql, err = readString(func(buf *C.char, n C.size_t, needed *C.size_t) C.enum_outbox_result {
+			ins.sql, err = readString(func(buf *C.char, n C.size_t, needed *C.size_t) C.enum_outbox_result {
+				if scheduled {
+					return C.outbox_insert_scheduled_statement(h, buf, n, needed)
+				}
 				return C.outbox_insert_statement(h, buf, n, needed)
 			})
 			return err
 		})
+		if scheduled {
+			ins.params = InsertScheduledParams()
+		} else {
+			ins.params = InsertParams()
+		}
 	})
-	return r.sql, r.sqlErr
-}
-
-func (r *Relay) insertParams() []string {
-	r.paramsMu.Do(func() { r.params = InsertParams() })
-	return r.params
+	return ins
 }
 
 // Validate checks an event as Enqueue would (required fields, lengths, the relay's

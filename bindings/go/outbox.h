@@ -751,12 +751,14 @@ enum outbox_result outbox_stats(const struct outbox_relay *relay,
                                 size_t *out_needed);
 
 /**
- * Writes the parameterised INSERT that enqueues one event into the relay's table, for hosts
- * that insert with their own driver inside their own transaction (then `outbox_notify` after
- * their commit). Its `?` parameters, in order, are named by `outbox_insert_param_name(0..n)`:
- * `biz_no`, `event_type`, `payload` (bytes), `topic` (NULL = the configured topic), `tag`
- * (NULL = the event type), `headers` (NULL, or a JSON object of string values). Validate the
- * event with `outbox_validate_event` first. Buffer convention as in `outbox_stats`.
+ * Writes the parameterised INSERT that enqueues one event due now into the relay's table, for
+ * hosts that insert with their own driver inside their own transaction (then `outbox_notify`
+ * after their commit). Its `?` parameters, in order, are named by
+ * `outbox_insert_param_name(0..outbox_insert_param_count())`: `biz_no`, `event_type`, `payload`
+ * (bytes), `topic` (NULL = the configured topic), `tag` (NULL = the event type), `headers`
+ * (NULL, or a JSON object of string values). A scheduled event takes
+ * `outbox_insert_scheduled_statement`. Validate the event with `outbox_validate_event` first.
+ * Buffer convention as in `outbox_stats`.
  *
  * Thread safety: safe from any thread, concurrently with any call on the same relay except
  * `outbox_free`. Works after `outbox_stop`.
@@ -767,6 +769,20 @@ enum outbox_result outbox_insert_statement(const struct outbox_relay *relay,
                                            size_t *out_needed);
 
 /**
+ * Writes the parameterised INSERT that enqueues one scheduled event into the relay's table:
+ * the parameters of `outbox_insert_statement`, then `deliver_at_ms` and `delay_ms`
+ * (`outbox_schedule_params` gives their values), `outbox_insert_scheduled_param_count()` in
+ * all, named by `outbox_insert_param_name`. Buffer convention as in `outbox_stats`.
+ *
+ * Thread safety: safe from any thread, concurrently with any call on the same relay except
+ * `outbox_free`. Works after `outbox_stop`.
+ */
+enum outbox_result outbox_insert_scheduled_statement(const struct outbox_relay *relay,
+                                                     char *buf,
+                                                     size_t len,
+                                                     size_t *out_needed);
+
+/**
  * The number of `?` parameters of `outbox_insert_statement`.
  *
  * Thread safety: safe from any thread.
@@ -774,15 +790,24 @@ enum outbox_result outbox_insert_statement(const struct outbox_relay *relay,
 size_t outbox_insert_param_count(void);
 
 /**
- * The name of parameter `index` of `outbox_insert_statement` (a static NUL-terminated
- * string), or NULL when `index` is out of range.
+ * The number of `?` parameters of `outbox_insert_scheduled_statement`.
+ *
+ * Thread safety: safe from any thread.
+ */
+size_t outbox_insert_scheduled_param_count(void);
+
+/**
+ * The name of parameter `index` of `outbox_insert_scheduled_statement` (a static
+ * NUL-terminated string), or NULL when `index` is out of range. The parameters of
+ * `outbox_insert_statement` are its first `outbox_insert_param_count()`, in the same order.
  *
  * Thread safety: safe from any thread.
  */
 const char *outbox_insert_param_name(size_t index);
 
 /**
- * Writes the value to bind to the `headers` parameter of `outbox_insert_statement` for
+ * Writes the value to bind to the `headers` parameter of `outbox_insert_statement` (and of the
+ * scheduled one) for
  * `event`: its headers as the library stores them (a JSON object of strings), or the empty
  * string when it has none (bind NULL then). With `outbox_validate_event` and the statement, a
  * host that inserts with its own driver stores exactly what `outbox_enqueue_in_tx` would.
@@ -799,7 +824,7 @@ enum outbox_result outbox_event_headers_json(const struct outbox_event *event,
 /**
  * Checks `schedule` as `outbox_enqueue_scheduled_in_tx` would (one field set, not negative,
  * at most 366 days ahead) and writes the values to bind to the `deliver_at_ms` and `delay_ms`
- * parameters of `outbox_insert_statement` (`*out_bind_*` false: bind NULL), for hosts that
+ * parameters of `outbox_insert_scheduled_statement` (`*out_bind_*` false: bind NULL), for hosts that
  * insert with their own driver. `OUTBOX_ERR_INVALID_EVENT` names the wrong value in `errstr`.
  *
  * Thread safety: safe from any thread.

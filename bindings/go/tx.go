@@ -513,9 +513,11 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, relay *Relay, ev Event) (int64, 
 	if err := relay.validate(ce); err != nil {
 		return 0, err
 	}
-	stmt, err := relay.InsertStatement()
-	if err != nil {
-		return 0, err
+	// An event due now takes the INSERT without the due time's expression (cheaper for the
+	// database); a scheduled one the INSERT with it.
+	ins := relay.insert(ev.schedule() != nil)
+	if ins.err != nil {
+		return 0, ins.err
 	}
 	headers, err := headersParam(ce, len(ev.Headers) > 0)
 	if err != nil {
@@ -531,7 +533,7 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, relay *Relay, ev Event) (int64, 
 	if err != nil {
 		return 0, err
 	}
-	names := relay.insertParams()
+	names := ins.params
 	args := make([]any, len(names))
 	for i, name := range names {
 		switch name {
@@ -555,7 +557,7 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, relay *Relay, ev Event) (int64, 
 			return 0, goError(CodeInvalidArgument, "the library's insert statement has a parameter %q this binding does not know; update the binding", name)
 		}
 	}
-	res, err := tx.ExecContext(ctx, stmt, args...)
+	res, err := tx.ExecContext(ctx, ins.sql, args...)
 	if err != nil {
 		return 0, err
 	}

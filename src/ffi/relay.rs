@@ -127,12 +127,14 @@ pub unsafe extern "C" fn outbox_stats(
     })
 }
 
-/// Writes the parameterised INSERT that enqueues one event into the relay's table, for hosts
-/// that insert with their own driver inside their own transaction (then `outbox_notify` after
-/// their commit). Its `?` parameters, in order, are named by `outbox_insert_param_name(0..n)`:
-/// `biz_no`, `event_type`, `payload` (bytes), `topic` (NULL = the configured topic), `tag`
-/// (NULL = the event type), `headers` (NULL, or a JSON object of string values). Validate the
-/// event with `outbox_validate_event` first. Buffer convention as in `outbox_stats`.
+/// Writes the parameterised INSERT that enqueues one event due now into the relay's table, for
+/// hosts that insert with their own driver inside their own transaction (then `outbox_notify`
+/// after their commit). Its `?` parameters, in order, are named by
+/// `outbox_insert_param_name(0..outbox_insert_param_count())`: `biz_no`, `event_type`, `payload`
+/// (bytes), `topic` (NULL = the configured topic), `tag` (NULL = the event type), `headers`
+/// (NULL, or a JSON object of string values). A scheduled event takes
+/// `outbox_insert_scheduled_statement`. Validate the event with `outbox_validate_event` first.
+/// Buffer convention as in `outbox_stats`.
 ///
 /// Thread safety: safe from any thread, concurrently with any call on the same relay except
 /// `outbox_free`. Works after `outbox_stop`.
@@ -145,15 +147,37 @@ pub unsafe extern "C" fn outbox_insert_statement(
 ) -> outbox_result {
     ffi_boundary!(nonnull(relay, out_needed) {
         let relay = &*relay;
-        let sql = insert_statement(&relay.host.relay.config().table)?;
+        let sql = insert_statement(&relay.host.relay.config().table, false)?;
         write_string_out(&sql, buf, len, out_needed)
     })
 }
 
+/// Writes the parameterised INSERT that enqueues one scheduled event into the relay's table:
+/// the parameters of `outbox_insert_statement`, then `deliver_at_ms` and `delay_ms`
+/// (`outbox_schedule_params` gives their values), `outbox_insert_scheduled_param_count()` in
+/// all, named by `outbox_insert_param_name`. Buffer convention as in `outbox_stats`.
+///
+/// Thread safety: safe from any thread, concurrently with any call on the same relay except
+/// `outbox_free`. Works after `outbox_stop`.
+#[no_mangle]
+pub unsafe extern "C" fn outbox_insert_scheduled_statement(
+    relay: *const outbox_relay,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> outbox_result {
+    ffi_boundary!(nonnull(relay, out_needed) {
+        let relay = &*relay;
+        let sql = insert_statement(&relay.host.relay.config().table, true)?;
+        write_string_out(&sql, buf, len, out_needed)
+    })
+}
+
+/// The names of the scheduled INSERT's parameters; the first of them are the plain INSERT's.
 fn param_names() -> &'static [CString] {
     static NAMES: OnceLock<Vec<CString>> = OnceLock::new();
     NAMES.get_or_init(|| {
-        crate::store::INSERT_PARAMS
+        crate::store::INSERT_SCHEDULED_PARAMS
             .iter()
             .map(|n| CString::new(*n).expect("no NUL"))
             .collect()
@@ -165,11 +189,20 @@ fn param_names() -> &'static [CString] {
 /// Thread safety: safe from any thread.
 #[no_mangle]
 pub extern "C" fn outbox_insert_param_count() -> usize {
-    ffi_boundary!(fallback = 0, nonnull() { param_names().len() })
+    ffi_boundary!(fallback = 0, nonnull() { crate::store::INSERT_PARAMS.len() })
 }
 
-/// The name of parameter `index` of `outbox_insert_statement` (a static NUL-terminated
-/// string), or NULL when `index` is out of range.
+/// The number of `?` parameters of `outbox_insert_scheduled_statement`.
+///
+/// Thread safety: safe from any thread.
+#[no_mangle]
+pub extern "C" fn outbox_insert_scheduled_param_count() -> usize {
+    ffi_boundary!(fallback = 0, nonnull() { crate::store::INSERT_SCHEDULED_PARAMS.len() })
+}
+
+/// The name of parameter `index` of `outbox_insert_scheduled_statement` (a static
+/// NUL-terminated string), or NULL when `index` is out of range. The parameters of
+/// `outbox_insert_statement` are its first `outbox_insert_param_count()`, in the same order.
 ///
 /// Thread safety: safe from any thread.
 #[no_mangle]
@@ -179,7 +212,8 @@ pub extern "C" fn outbox_insert_param_name(index: usize) -> *const c_char {
     })
 }
 
-/// Writes the value to bind to the `headers` parameter of `outbox_insert_statement` for
+/// Writes the value to bind to the `headers` parameter of `outbox_insert_statement` (and of the
+/// scheduled one) for
 /// `event`: its headers as the library stores them (a JSON object of strings), or the empty
 /// string when it has none (bind NULL then). With `outbox_validate_event` and the statement, a
 /// host that inserts with its own driver stores exactly what `outbox_enqueue_in_tx` would.
@@ -202,7 +236,7 @@ pub unsafe extern "C" fn outbox_event_headers_json(
 
 /// Checks `schedule` as `outbox_enqueue_scheduled_in_tx` would (one field set, not negative,
 /// at most 366 days ahead) and writes the values to bind to the `deliver_at_ms` and `delay_ms`
-/// parameters of `outbox_insert_statement` (`*out_bind_*` false: bind NULL), for hosts that
+/// parameters of `outbox_insert_scheduled_statement` (`*out_bind_*` false: bind NULL), for hosts that
 /// insert with their own driver. `OUTBOX_ERR_INVALID_EVENT` names the wrong value in `errstr`.
 ///
 /// Thread safety: safe from any thread.

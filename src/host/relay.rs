@@ -150,9 +150,15 @@ pub(crate) fn require_db_url(config: &Config) -> HostResult<()> {
 }
 
 /// The parameterised INSERT that enqueues one event into `table` (checked like the `table`
-/// key: the name goes into SQL text), for hosts that insert with their own driver.
-pub(crate) fn insert_statement(table: &str) -> HostResult<String> {
-    Ok(crate::store::insert_statement(table)?)
+/// key: the name goes into SQL text), for hosts that insert with their own driver: the one for
+/// an event due now ([`crate::INSERT_PARAMS`]), or for a scheduled one
+/// ([`crate::INSERT_SCHEDULED_PARAMS`]).
+pub(crate) fn insert_statement(table: &str, scheduled: bool) -> HostResult<String> {
+    Ok(if scheduled {
+        crate::store::insert_scheduled_statement(table)?
+    } else {
+        crate::store::insert_statement(table)?
+    })
 }
 
 /// Checks `event` as an enqueue would (with `payload_max_bytes`), for hosts that insert it

@@ -44,7 +44,7 @@ use boundary::{jni_entry, string_array, Failure, JResult};
 
 /// Version of the contract between `outbox.jar` and this library (the set of native methods
 /// and their signatures). The jar refuses a library with another value.
-pub const JNI_ABI_VERSION: jint = 6;
+pub const JNI_ABI_VERSION: jint = 7;
 
 // ---------------------------------------------------------------------------------------------
 // results
@@ -167,15 +167,20 @@ jni_entry! {
 }
 
 jni_entry! {
-    fn Java_io_outbox_Native_insertStatement(table: JString<'l>) -> jstring = null_mut(), |env| {
+    fn Java_io_outbox_Native_insertStatement(table: JString<'l>, scheduled: jboolean) -> jstring = null_mut(), |env| {
         let table = string(env, &table, "table")?;
-        jstr(env, insert_statement(&table)?)
+        jstr(env, insert_statement(&table, scheduled != 0)?)
     }
 }
 
 jni_entry! {
-    fn Java_io_outbox_Native_insertParams() -> jobjectArray = null_mut(), |env| {
-        Ok(string_array(env, crate::store::INSERT_PARAMS)?.into_raw())
+    fn Java_io_outbox_Native_insertParams(scheduled: jboolean) -> jobjectArray = null_mut(), |env| {
+        let names = if scheduled != 0 {
+            crate::store::INSERT_SCHEDULED_PARAMS
+        } else {
+            crate::store::INSERT_PARAMS
+        };
+        Ok(string_array(env, names)?.into_raw())
     }
 }
 

@@ -33,20 +33,34 @@ pub mod status {
 /// Longest `last_error` stored (the column is `VARCHAR(1024)`).
 const MAX_ERROR_CHARS: usize = 1000;
 
-/// The INSERT of one event into `table`, with its parameters in this order:
-/// `biz_no, event_type, payload, topic, tag, headers, deliver_at_ms, delay_ms` (all but the first
-/// three may be NULL; headers is a JSON object of strings; `deliver_at_ms` is a time in
-/// milliseconds since the Unix epoch and `delay_ms` a delay from the INSERT, at most one of them
-/// set: [`crate::Schedule::params`]). Status, times and the event key (`UUID()`: every copy of
-/// the event carries it, and a held round sends the row without writing to it) are set by the
-/// database, whose clock also decides when a scheduled event is due (`next_retry_time`; a time
-/// already past is now). The table name is checked like the `table` key, since it goes into the
-/// SQL text.
+/// The INSERT of one event into `table`, due at once, with its parameters in this order:
+/// `biz_no, event_type, payload, topic, tag, headers` (all but the first three may be NULL;
+/// headers is a JSON object of strings): [`INSERT_PARAMS`]. Status and times come from the
+/// table's defaults (`next_retry_time` is `CURRENT_TIMESTAMP(3)`: due now, by the database's
+/// clock) and the event key from `UUID()` (every copy of the event carries it, and a held round
+/// sends the row without writing to it). A scheduled event takes
+/// [`insert_scheduled_statement`] instead: the due time's expression costs the server about a
+/// quarter of the INSERT (benches/README.md, "What we cost the order database"), so an event
+/// due now does not evaluate it. The table name is checked like the `table` key, since it goes
+/// into the SQL text.
 pub fn insert_statement(table: &str) -> std::result::Result<String, crate::error::ConfigError> {
     let table = crate::config::table_name("table", table)?;
     Ok(format!(
-        "INSERT INTO {table} (biz_no, event_type, payload, topic, tag, headers, status, retry_count, next_retry_time, event_key) \
-         VALUES (?, ?, ?, ?, ?, ?, 'WAIT', 0, {SCHEDULED_DUE}, UUID())"
+        "INSERT INTO {table} (biz_no, event_type, payload, topic, tag, headers, status, retry_count, event_key) \
+         VALUES (?, ?, ?, ?, ?, ?, 'WAIT', 0, UUID())"
+    ))
+}
+
+/// The INSERT of one scheduled event into `table`: the parameters of [`insert_statement`] and
+/// then `deliver_at_ms, delay_ms` ([`INSERT_SCHEDULED_PARAMS`]): a time in milliseconds since the
+/// Unix epoch, or a delay from the INSERT, one of them set ([`crate::Schedule::params`]). The
+/// database's clock decides when the event is due (`next_retry_time`; a time already past is
+/// now).
+pub fn insert_scheduled_statement(table: &str) -> std::result::Result<String, crate::error::ConfigError> {
+    let table = crate::config::table_name("table", table)?;
+    Ok(format!(
+        "INSERT INTO {table} (biz_no, event_type, payload, topic, tag, headers, status, retry_count, event_key, next_retry_time) \
+         VALUES (?, ?, ?, ?, ?, ?, 'WAIT', 0, UUID(), {SCHEDULED_DUE})"
     ))
 }
 
@@ -55,7 +69,11 @@ const SCHEDULED_DUE: &str =
     "GREATEST(NOW(3), COALESCE(FROM_UNIXTIME(? / 1000), NOW(3) + INTERVAL IFNULL(?, 0) * 1000 MICROSECOND))";
 
 /// The parameter names of [`insert_statement`], in order.
-pub const INSERT_PARAMS: &[&str] = &[
+pub const INSERT_PARAMS: &[&str] = &["biz_no", "event_type", "payload", "topic", "tag", "headers"];
+
+/// The parameter names of [`insert_scheduled_statement`], in order: those of
+/// [`insert_statement`], then the schedule's two.
+pub const INSERT_SCHEDULED_PARAMS: &[&str] = &[
     "biz_no",
     "event_type",
     "payload",
@@ -754,20 +772,21 @@ pub(crate) fn insert<Q: Queryable>(q: &mut Q, table: &str, event: &NewEvent) -> 
         }
         _ => event,
     };
-    let (at_ms, delay_ms) = crate::event::Schedule::params(event.schedule.as_ref());
-    let result = q.exec_iter(
-        insert_statement(table)?,
-        (
-            &event.biz_no,
-            &event.event_type,
-            &event.payload,
-            &event.topic,
-            &event.tag,
-            event.headers_json(),
-            at_ms,
-            delay_ms,
-        ),
-    )?;
+    let (biz_no, event_type, payload) = (&event.biz_no, &event.event_type, &event.payload);
+    let (topic, tag, headers) = (&event.topic, &event.tag, event.headers_json());
+    let result = match &event.schedule {
+        None => q.exec_iter(
+            insert_statement(table)?,
+            (biz_no, event_type, payload, topic, tag, headers),
+        )?,
+        Some(schedule) => {
+            let (at_ms, delay_ms) = crate::event::Schedule::params(Some(schedule));
+            q.exec_iter(
+                insert_scheduled_statement(table)?,
+                (biz_no, event_type, payload, topic, tag, headers, at_ms, delay_ms),
+            )?
+        }
+    };
     Ok(result.last_insert_id().unwrap_or(0))
 }
 

@@ -468,12 +468,17 @@ static void test_insert_statement_and_params(void) {
   CHECK(needed2 == needed && strlen(sql) + 1 == needed);
   CHECK(strncmp(sql, "INSERT INTO t_event_record", 26) == 0);
 
-  size_t n = outbox_insert_param_count();
+  /* The plain INSERT's parameters are the first six of the scheduled one's. */
+  size_t n = outbox_insert_param_count(), ns = outbox_insert_scheduled_param_count();
   const char *want[] = {"biz_no", "event_type", "payload", "topic",
                         "tag",    "headers",    "deliver_at_ms", "delay_ms"};
-  CHECK(n == 8);
-  for (size_t i = 0; i < n && i < 8; i++) CHECK(strcmp(outbox_insert_param_name(i), want[i]) == 0);
-  CHECK(outbox_insert_param_name(n) == NULL);
+  CHECK(n == 6 && ns == 8);
+  for (size_t i = 0; i < ns && i < 8; i++) CHECK(strcmp(outbox_insert_param_name(i), want[i]) == 0);
+  CHECK(outbox_insert_param_name(ns) == NULL);
+  char *scheduled = malloc(needed + 200);
+  CHECK_OK(outbox_insert_scheduled_statement(r, scheduled, needed + 200, &needed2));
+  CHECK(strncmp(scheduled, "INSERT INTO t_event_record", 26) == 0 && strstr(scheduled, "next_retry_time") != NULL);
+  CHECK(strstr(sql, "next_retry_time") == NULL); /* due now: the column's default */
 
   /* The host-owned path: run the statement "with the host's driver" (here the library's tx,
    * standing in for it), then notify. */
@@ -482,12 +487,26 @@ static void test_insert_statement_and_params(void) {
   outbox_param ps[8] = {p_text("C-HOST-1"), p_text("ORDER_PAID"), p_bytes("{}", 2),
                         p_null(), p_null(), p_text("{\"via\":\"host\"}"), p_null(), p_null()};
   uint64_t affected = 0, id = 0;
-  CHECK_OK(outbox_tx_execute(tx, sql, ps, 8, &affected, &id));
+  CHECK_OK(outbox_tx_execute(tx, sql, ps, 6, &affected, &id));
+  CHECK(affected == 1 && id > 0);
+  /* A scheduled one, an hour ahead, with the values outbox_schedule_params gives. */
+  outbox_schedule later = {0, 3600 * 1000};
+  int64_t at = 0, delay = 0;
+  bool bind_at = false, bind_delay = false;
+  CHECK_OK(outbox_schedule_params(&later, &at, &bind_at, &delay, &bind_delay, NULL, 0));
+  ps[0] = p_text("C-HOST-2");
+  ps[7] = p_int(delay);
+  CHECK(!bind_at && bind_delay);
+  CHECK_OK(outbox_tx_execute(tx, scheduled, ps, 8, &affected, &id));
   CHECK(affected == 1 && id > 0);
   CHECK_OK(outbox_tx_commit(tx));
   outbox_tx_free(tx);
   CHECK_OK(outbox_notify(r));
   CHECK(events_of(r, "C-HOST-1") == 1);
+  CHECK(query1(r, "SELECT next_retry_time <= NOW(3) FROM t_event_record WHERE biz_no = ?", "C-HOST-1") == 1);
+  CHECK(query1(r, "SELECT TIMESTAMPDIFF(SECOND, NOW(3), next_retry_time) BETWEEN 3590 AND 3600 "
+                  "FROM t_event_record WHERE biz_no = ?", "C-HOST-2") == 1);
+  free(scheduled);
   free(sql);
   outbox_free(r);
 }

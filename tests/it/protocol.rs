@@ -502,6 +502,10 @@ fn insert_statement_is_the_one_the_bindings_use() {
     );
     assert_eq!(
         outbox::INSERT_PARAMS,
+        &["biz_no", "event_type", "payload", "topic", "tag", "headers"]
+    );
+    assert_eq!(
+        outbox::INSERT_SCHEDULED_PARAMS,
         &[
             "biz_no",
             "event_type",
@@ -513,26 +517,37 @@ fn insert_statement_is_the_one_the_bindings_use() {
             "delay_ms"
         ]
     );
-    db.conn()
-        .exec_drop(
-            &sql,
-            (
-                "ORD-9",
-                "ORDER_PAID",
-                b"{}".to_vec(),
-                Some("T1"),
-                None::<String>,
-                Some("{\"k\":\"v\"}"),
-                None::<i64>,
-                None::<i64>,
-            ),
-        )
+    // An event due now leaves its due time to the column's default; a scheduled one computes it.
+    assert!(!sql.contains("next_retry_time"), "{sql}");
+    let scheduled = outbox::insert_scheduled_statement("t_event_record").unwrap();
+    assert!(scheduled.contains("next_retry_time"), "{scheduled}");
+    let row = (
+        "ORD-9",
+        "ORDER_PAID",
+        b"{}".to_vec(),
+        Some("T1"),
+        None::<String>,
+        Some("{\"k\":\"v\"}"),
+    );
+    let mut c = db.conn();
+    c.exec_drop(&sql, row.clone()).unwrap();
+    let (biz, ty, payload, topic, tag, headers) = row;
+    c.exec_drop(
+        &scheduled,
+        (biz, ty, payload, topic, tag, headers, None::<i64>, Some(3_600_000i64)),
+    )
+    .unwrap();
+    // Due at its INSERT (the default's NOW(3)), and an hour after it.
+    let due: Vec<i64> = c
+        .query("SELECT TIMESTAMPDIFF(SECOND, create_time, next_retry_time) FROM t_event_record ORDER BY id")
         .unwrap();
+    assert_eq!(due, [0, 3600]);
     let s = store(&db.config(), "ins-1-000000");
-    let c = s.claim_skip_locked(1).unwrap().claimed.remove(0);
-    assert_eq!(c.event.topic, "T1");
-    assert_eq!(c.event.headers.get("k").map(String::as_str), Some("v"));
-    assert_eq!(c.event.payload, b"{}");
+    let c = s.claim_skip_locked(2).unwrap().claimed;
+    assert_eq!(c.len(), 1, "only the first is due");
+    assert_eq!(c[0].event.topic, "T1");
+    assert_eq!(c[0].event.headers.get("k").map(String::as_str), Some("v"));
+    assert_eq!(c[0].event.payload, b"{}");
 }
 
 /// A lease claim sets `next_retry_time` to its lease's end and a renew moves it on, so the

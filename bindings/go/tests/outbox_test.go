@@ -114,14 +114,23 @@ func TestVersionAndInsertParams(t *testing.T) {
 	if outbox.Version() == "" {
 		t.Fatal("empty version")
 	}
-	want := []string{"biz_no", "event_type", "payload", "topic", "tag", "headers", "deliver_at_ms", "delay_ms"}
+	want := []string{"biz_no", "event_type", "payload", "topic", "tag", "headers"}
 	if got := outbox.InsertParams(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("InsertParams = %v, want %v", got, want)
 	}
+	wantScheduled := append(want, "deliver_at_ms", "delay_ms")
+	if got := outbox.InsertScheduledParams(); strings.Join(got, ",") != strings.Join(wantScheduled, ",") {
+		t.Fatalf("InsertScheduledParams = %v, want %v", got, wantScheduled)
+	}
 	r := start(t)
 	stmt, err := r.InsertStatement()
-	if err != nil || !strings.HasPrefix(stmt, "INSERT INTO t_event_record") || strings.Count(stmt, "?") != len(want) {
+	if err != nil || !strings.HasPrefix(stmt, "INSERT INTO t_event_record") || strings.Count(stmt, "?") != len(want) ||
+		strings.Contains(stmt, "next_retry_time") {
 		t.Fatalf("InsertStatement = %q, %v", stmt, err)
+	}
+	scheduled, err := r.InsertScheduledStatement()
+	if err != nil || !strings.Contains(scheduled, "next_retry_time") || strings.Count(scheduled, "?") != len(wantScheduled) {
+		t.Fatalf("InsertScheduledStatement = %q, %v", scheduled, err)
 	}
 }
 

@@ -12,7 +12,7 @@ import java.util.concurrent.ConcurrentHashMap;
  */
 final class Native {
     /** Must equal {@code JNI_ABI_VERSION} in src/jni/mod.rs. */
-    static final int ABI_VERSION = 6;
+    static final int ABI_VERSION = 7;
 
     /** System property naming the library file, or a directory holding it. */
     static final String PATH_PROPERTY = "outbox.library.path";
@@ -324,9 +324,9 @@ final class Native {
 
     static native void configValidate(String[] keys, String[] values);
 
-    static native String insertStatement(String table);
+    static native String insertStatement(String table, boolean scheduled);
 
-    static native String[] insertParams();
+    static native String[] insertParams(boolean scheduled);
 
     static native String checkEvent(String bizNo, String eventType, byte[] payload, String topic, String tag,
             String[] headerKeys, String[] headerValues, long deliverAtMs, long delayMs, long payloadMaxBytes);

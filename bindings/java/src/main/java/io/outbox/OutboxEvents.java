@@ -32,13 +32,18 @@ public final class OutboxEvents {
 
     private OutboxEvents() {}
 
+    /** A table's two INSERTs: for an event due now, and for a scheduled one. */
     private static final class Insert {
         final String sql;
         final String[] params;
+        final String scheduledSql;
+        final String[] scheduledParams;
 
-        Insert(String sql, String[] params) {
-            this.sql = sql;
-            this.params = params;
+        Insert(String table) {
+            this.sql = Native.insertStatement(table, false);
+            this.params = Native.insertParams(false);
+            this.scheduledSql = Native.insertStatement(table, true);
+            this.scheduledParams = Native.insertParams(true);
         }
     }
 
@@ -66,7 +71,8 @@ public final class OutboxEvents {
     }
 
     /**
-     * The INSERT statement the library uses for {@code table} (its parameters: {@link #insertParameters()}).
+     * The INSERT statement the library uses for an event due now in {@code table} (its
+     * parameters: {@link #insertParameters()}).
      *
      * @param table the outbox table
      * @return the statement
@@ -82,6 +88,27 @@ public final class OutboxEvents {
      */
     public static String[] insertParameters() {
         return insert(DEFAULT_TABLE).params.clone();
+    }
+
+    /**
+     * The INSERT statement the library uses for a scheduled event in {@code table} (its
+     * parameters: {@link #insertScheduledParameters()}).
+     *
+     * @param table the outbox table
+     * @return the statement
+     */
+    public static String insertScheduledStatement(String table) {
+        return insert(table).scheduledSql;
+    }
+
+    /**
+     * The names of the scheduled INSERT's parameters, in order: those of
+     * {@link #insertParameters()}, then {@code deliver_at_ms} and {@code delay_ms}.
+     *
+     * @return the names of the scheduled INSERT's parameters, in order
+     */
+    public static String[] insertScheduledParameters() {
+        return insert(DEFAULT_TABLE).scheduledParams.clone();
     }
 
     static long enqueue(Connection conn, String table, long payloadMax, Event event) {
@@ -105,10 +132,15 @@ public final class OutboxEvents {
         } catch (SQLException e) {
             throw new OutboxDatabaseException("could not read the connection's autocommit mode", e);
         }
-        try (PreparedStatement ps = conn.prepareStatement(ins.sql, Statement.RETURN_GENERATED_KEYS)) {
-            for (int i = 0; i < ins.params.length; i++) {
+        // An event due now takes the INSERT without the due time's expression (cheaper for the
+        // database); a scheduled one the INSERT with it.
+        boolean scheduled = event.deliverAtMs() != 0 || event.delayMs() != 0;
+        String sql = scheduled ? ins.scheduledSql : ins.sql;
+        String[] params = scheduled ? ins.scheduledParams : ins.params;
+        try (PreparedStatement ps = conn.prepareStatement(sql, Statement.RETURN_GENERATED_KEYS)) {
+            for (int i = 0; i < params.length; i++) {
                 int n = i + 1;
-                switch (ins.params[i]) {
+                switch (params[i]) {
                     case "biz_no":
                         ps.setString(n, event.bizNo());
                         break;
@@ -134,7 +166,7 @@ public final class OutboxEvents {
                         setNullableLong(ps, n, event.delayMs());
                         break;
                     default:
-                        throw new OutboxInternalException("the library's INSERT has a parameter " + ins.params[i]
+                        throw new OutboxInternalException("the library's INSERT has a parameter " + params[i]
                                 + " that this outbox.jar does not know: use the jar and library of one release");
                 }
             }
@@ -174,7 +206,7 @@ public final class OutboxEvents {
         }
         Native.ensureLoaded();
         // Outside computeIfAbsent: a bad table name throws OutboxConfigException naming it.
-        ins = new Insert(Native.insertStatement(table), Native.insertParams());
+        ins = new Insert(table);
         Insert prev = INSERTS.putIfAbsent(table, ins);
         return prev != null ? prev : ins;
     }

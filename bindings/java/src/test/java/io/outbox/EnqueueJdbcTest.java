@@ -195,5 +195,13 @@ public class EnqueueJdbcTest {
         assertEquals("biz_no", params[0]);
         long marks = sql.chars().filter(ch -> ch == '?').count();
         assertEquals(params.length, marks);
+        // A scheduled event's INSERT: the same parameters, then the schedule's two.
+        String scheduled = OutboxEvents.insertScheduledStatement("orders_outbox");
+        String[] all = OutboxEvents.insertScheduledParameters();
+        assertEquals(params.length + 2, all.length);
+        assertEquals("deliver_at_ms", all[params.length]);
+        assertEquals("delay_ms", all[params.length + 1]);
+        assertEquals(all.length, scheduled.chars().filter(ch -> ch == '?').count());
+        assertTrue(scheduled, scheduled.contains("next_retry_time") && !sql.contains("next_retry_time"));
     }
 }
