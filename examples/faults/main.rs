@@ -50,7 +50,10 @@ use rand::Rng;
 use outbox::rocketmq::testing;
 use outbox::NewEvent;
 
+mod fleet;
 mod points;
+#[path = "../../tests/it/proxy.rs"]
+mod proxy;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -111,6 +114,9 @@ struct Args {
     stale_claim: bool,
     points: bool,
     consumers: usize,
+    /// `--fleet`: relays over a fleet of `shards` databases (`fleet.rs`).
+    fleet: bool,
+    shards: usize,
     cycles: usize,
     lease_ms: u64,
     kill_gap_ms: u64,
@@ -126,7 +132,7 @@ struct Args {
 
 fn usage() -> &'static str {
     "faults [--events N] [--instances K] [--kills N] [--writers W] [--no-db-restart] [--no-broker-kill]\n\
-     \x20      [--stale-claim [--cycles N]] [--points [--consumers N]] [--lease-ms MS] [--kill-gap-ms MS] [--deadline-s S]\n\
+     \x20      [--stale-claim [--cycles N]] [--points [--consumers N]] [--fleet [--shards N]] [--lease-ms MS] [--kill-gap-ms MS] [--deadline-s S]\n\
      \x20      [--strategy held|skip-locked|per-row] [--mysql URL-without-db] [--namesrv host:port] [--outboxd PATH]\n\
      \x20      [--keep] [--set key=value]..."
 }
@@ -149,6 +155,8 @@ fn parse_args() -> Result<Args, String> {
         stale_claim: false,
         points: false,
         consumers: 2,
+        fleet: false,
+        shards: 16,
         cycles: 3,
         lease_ms: 3000,
         kill_gap_ms: 3000,
@@ -182,6 +190,8 @@ fn parse_args() -> Result<Args, String> {
             "--stale-claim" => a.stale_claim = true,
             "--points" => a.points = true,
             "--consumers" => a.consumers = num("--consumers", value("--consumers")?)?,
+            "--fleet" => a.fleet = true,
+            "--shards" => a.shards = num("--shards", value("--shards")?)?,
             "--mysql" => a.server = value("--mysql")?,
             "--namesrv" => a.namesrv = value("--namesrv")?,
             "--outboxd" => a.outboxd = PathBuf::from(value("--outboxd")?),
@@ -197,6 +207,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if a.events == 0 || a.instances == 0 || a.instances > 16 || a.writers == 0 || a.writers > 64 {
         return Err("--events, --instances (1-16) and --writers (1-64) must be positive".into());
+    }
+    if a.fleet && !(2..=64).contains(&a.shards) {
+        return Err(format!("--shards {}: 2 to 64", a.shards));
     }
     if a.stale_claim && a.instances < 2 {
         a.instances = 2;
@@ -226,6 +239,18 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
+/// `host:port` of a `mysql://` URL (3306 when it names no port).
+fn host_port_of_url(url: &str) -> Option<String> {
+    let host = host_of_url(url)?;
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split('/').next()?;
+    let hostport = authority.rsplit('@').next()?;
+    Some(match hostport.rsplit_once(':') {
+        Some((_, port)) => format!("{host}:{port}"),
+        None => format!("{host}:3306"),
+    })
+}
+
 fn host_of_url(url: &str) -> Option<String> {
     let rest = url.split_once("://")?.1;
     let hostport = rest.rsplit_once('@').map(|(_, h)| h).unwrap_or(rest);
@@ -252,7 +277,9 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let result = if args.points {
+    let result = if args.fleet {
+        fleet::fleet_run(&args)
+    } else if args.points {
         points::points_run(&args)
     } else if args.stale_claim {
         stale_claim(&args)
@@ -502,26 +529,8 @@ impl Env {
             port,
             log: log_path,
         };
-        let end = Instant::now() + Duration::from_secs(60);
-        loop {
-            if TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_ok() {
-                return Ok(inst);
-            }
-            if let Some(status) = inst.child.try_wait()? {
-                return Err(format!(
-                    "{} exited at start ({status}); last lines of {}:\n{}",
-                    inst.id,
-                    inst.log.display(),
-                    tail(&inst.log, 15)
-                )
-                .into());
-            }
-            if Instant::now() > end {
-                let _ = inst.child.kill();
-                return Err(format!("{} did not start within 60 s; see {}", inst.id, inst.log.display()).into());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        inst.wait_listening()?;
+        Ok(inst)
     }
 }
 
@@ -533,6 +542,30 @@ struct Instance {
 }
 
 impl Instance {
+    /// Waits until the instance's metrics endpoint answers (it has started relaying); an error
+    /// with its last log lines if it exits first, or after 60 s.
+    fn wait_listening(&mut self) -> Res<()> {
+        let end = Instant::now() + Duration::from_secs(60);
+        loop {
+            if TcpStream::connect_timeout(&([127, 0, 0, 1], self.port).into(), Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                return Err(format!(
+                    "{} exited at start ({status}); last lines of {}:\n{}",
+                    self.id,
+                    self.log.display(),
+                    tail(&self.log, 15)
+                )
+                .into());
+            }
+            if Instant::now() > end {
+                return Err(format!("{} did not start within 60 s; see {}", self.id, self.log.display()).into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn pid(&self) -> i32 {
         self.child.id() as i32
     }
