@@ -15,6 +15,7 @@ mod daemon;
 mod event_key;
 mod fleet;
 mod fleet_catalog;
+mod fleet_profiles;
 mod fleet_share;
 mod inbox;
 mod ordering;
