@@ -1,7 +1,10 @@
 package tests
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,8 +20,15 @@ import (
 // benchmark on the debug library.) Not part of the suite:
 //
 //	bindings/go/run-tests.sh -run '^$' -bench ConsumerCrossings -benchtime 1x
+//
+// benches/by-language.sh runs it beside the C and Java consumers (OUTBOX_BENCH_EVENTS events).
 func BenchmarkConsumerCrossings(b *testing.B) {
-	const n = 20000
+	n := 20000
+	if s := os.Getenv("OUTBOX_BENCH_EVENTS"); s != "" { // benches/by-language.sh
+		if v, err := strconv.Atoi(s); err == nil && v > 0 {
+			n = v
+		}
+	}
 	ct := newConsumerTest(b)
 	tx, err := ct.relay.Begin()
 	if err != nil {
@@ -40,6 +50,10 @@ func BenchmarkConsumerCrossings(b *testing.B) {
 		if err := db.QueryRow("SELECT COUNT(*) FROM " + ct.table + " WHERE status <> 'SUCCESS'").Scan(&left); err != nil {
 			b.Fatal(err)
 		}
+	}
+	// The relay's work is done: the consumers run alone, as in the C and Java benches.
+	if err := ct.relay.Stop(context.Background()); err != nil {
+		b.Fatal(err)
 	}
 	for _, shape := range []string{"StartConsumer", "StartBatchConsumer", "StartConsumer", "StartBatchConsumer"} {
 		group := unique("bench")
@@ -80,7 +94,7 @@ func BenchmarkConsumerCrossings(b *testing.B) {
 			if s.Processed > 0 && t0.IsZero() {
 				t0 = time.Now()
 			}
-			if s.Processed+s.Duplicates >= n {
+			if s.Processed+s.Duplicates >= uint64(n) {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)

@@ -22,7 +22,7 @@ public final class ConsumerBench {
     private ConsumerBench() {}
 
     public static void main(String[] args) throws Exception {
-        int n = 20000;
+        int n = Integer.getInteger("outbox.bench.events", 20000); // benches/by-language.sh
         try (TestDb db = new TestDb()) {
             String topic = "OUTBOX_JBENCH_" + Long.toHexString(System.nanoTime());
             OutboxConfig relayConfig = new OutboxConfig().set("db.url", db.url()).set("rocketmq.namesrv", "127.0.0.1:9876")
