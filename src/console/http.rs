@@ -29,6 +29,21 @@ impl Request {
         self.headers.get(&name.to_ascii_lowercase()).map(String::as_str)
     }
 
+    /// Whether the proxy in front reached by the browser serves the console over TLS, as it says
+    /// in `X-Forwarded-Proto` or `Forwarded` (the first hop, the browser's). A client that forges
+    /// it over plain HTTP only gets cookies its browser will not send back over HTTP.
+    pub fn via_https(&self) -> bool {
+        let first = |v: &str| v.split(',').next().unwrap_or("").trim().to_ascii_lowercase();
+        if let Some(p) = self.header("x-forwarded-proto") {
+            return first(p) == "https";
+        }
+        self.header("forwarded").is_some_and(|f| {
+            first(f)
+                .split(';')
+                .any(|part| part.trim().trim_matches('"') == "proto=https")
+        })
+    }
+
     /// The query string's parameters.
     pub fn query(&self) -> Params {
         Params::parse(self.url.split_once('?').map(|(_, q)| q).unwrap_or(""))
@@ -105,6 +120,15 @@ impl Response {
     pub fn with_cookie(mut self, cookie: String) -> Response {
         self.headers.push(("Set-Cookie".into(), cookie));
         self
+    }
+
+    /// Marks every cookie this response sets `Secure`.
+    pub fn secure_cookies(&mut self) {
+        for (name, value) in &mut self.headers {
+            if name.eq_ignore_ascii_case("set-cookie") && !value.contains("; Secure") {
+                value.push_str("; Secure");
+            }
+        }
     }
 }
 

@@ -39,8 +39,17 @@ pub use state::Console;
 use state::Failure;
 
 impl Console {
-    /// Answers one request.
+    /// Answers one request. Behind a proxy that serves the console over TLS (it says so with
+    /// `X-Forwarded-Proto: https` or `Forwarded: proto=https`), every cookie set is `Secure`.
     pub fn handle(&self, req: &Request) -> Response {
+        let mut r = self.route(req);
+        if req.via_https() {
+            r.secure_cookies();
+        }
+        r
+    }
+
+    fn route(&self, req: &Request) -> Response {
         let viewer = self.sessions.viewer(&self.config.console, req);
         let path = req.path();
         let method = req.method.as_str();

@@ -310,6 +310,49 @@ fn actions_need_the_admin_s_session_its_csrf_token_and_the_same_origin() {
         .is_none());
 }
 
+/// Behind a proxy that serves the console over TLS, every cookie (the login form's, the
+/// session's, the logout's) is `Secure`; served plainly, none is (a browser would drop a
+/// `Secure` cookie over HTTP, and nobody could log in).
+#[test]
+fn cookies_are_secure_when_a_proxy_serves_the_console_over_tls() {
+    let db = TestDb::new("console_tls");
+    let console = Console::new(&config(&db)).unwrap();
+    let log_in = |proxy: &[(&str, &str)]| -> Vec<String> {
+        let with = |mut r: Request| {
+            for (k, v) in proxy {
+                r.headers.insert(k.to_string(), v.to_string());
+            }
+            r
+        };
+        let form = console.handle(&with(get("/login")));
+        let mut cookies = vec![header(&form, "set-cookie").unwrap().to_string()];
+        let mut req = with(post(
+            "/login",
+            &[("csrf", &csrf_in(&body(&form))), ("name", "tia"), ("token", READ)],
+        ));
+        req.headers
+            .insert("cookie".into(), cookies[0].split(';').next().unwrap().into());
+        let r = console.handle(&req);
+        assert_eq!(r.status, 303, "{}", body(&r));
+        cookies.push(header(&r, "set-cookie").unwrap().to_string());
+        cookies
+    };
+    for proxy in [
+        &[("x-forwarded-proto", "https")][..],
+        &[("forwarded", "for=192.0.2.60;proto=https;by=203.0.113.43")][..],
+    ] {
+        let cookies = log_in(proxy);
+        assert!(
+            cookies.iter().all(|c| c.ends_with("; Secure")),
+            "{proxy:?}: {cookies:?}"
+        );
+    }
+    for proxy in [&[][..], &[("x-forwarded-proto", "http")][..]] {
+        let cookies = log_in(proxy);
+        assert!(cookies.iter().all(|c| !c.contains("Secure")), "{proxy:?}: {cookies:?}");
+    }
+}
+
 #[test]
 fn replay_and_discard_change_the_rows_previewed_and_are_audited_with_the_name() {
     let db = TestDb::new("console_act");
