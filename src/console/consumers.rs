@@ -3,7 +3,7 @@
 //! as `outboxd dead-letters ... --consumer-group G` does them (batched, audited).
 
 use crate::admin::{self, BatchOptions, DeadLetterAction};
-use crate::consumer::dead_letter::{self, Selection};
+use crate::consumer::dead_letter::{self, InboxDeadLetter, Selection};
 use crate::wire::QueueRef;
 
 use super::auth::{check_action, Role, Viewer};
@@ -50,11 +50,16 @@ pub(super) fn list(c: &Console, viewer: &Viewer) -> Page {
 pub(super) fn group(c: &Console, viewer: &Viewer, req: &Request, rest: &str) -> Page {
     let group = group_name(rest)?;
     let p = req.query();
-    p.only(&["status", "limit"])?;
+    p.only(&["status", "limit", "before"])?;
     let status = p.choice("status", &["DEAD", "REPLAY"])?;
     let limit = p.number("limit", 100, 1, 1000)? as usize;
+    let before = match p.get("before") {
+        None => None,
+        Some(_) => Some(p.number("before", 0, 1, u64::MAX)?),
+    };
     let table_name = &c.config.consumer.dead_letter_table;
-    let letters = dead_letter::list(&c.consumer_pool, table_name, Some(&group), status, limit)?;
+    let letters = dead_letter::page(&c.consumer_pool, table_name, &group, status, before, limit)?;
+    let total = dead_letter::count(&c.consumer_pool, table_name, &group, status, COUNT_BOUND)?;
     let admin = viewer.role == Role::Admin;
     let rows: Vec<Vec<String>> = letters
         .iter()
@@ -94,8 +99,13 @@ pub(super) fn group(c: &Console, viewer: &Viewer, req: &Request, rest: &str) -> 
     if admin {
         headers.insert(0, "");
     }
-    let listing = table("consumer-dead", &headers, &rows);
     let path = format!("/consumers/{}", encode(&group));
+    let listing = format!(
+        "{}{}{}",
+        page_summary(total, &letters, before.is_some()),
+        table("consumer-dead", &headers, &rows),
+        page_links(&path, status, limit, before, &letters)
+    );
     let body = if admin {
         format!(
             "<form method=\"post\" action=\"{path}/preview\">{}{listing}<div class=\"actions\">\
@@ -122,6 +132,65 @@ pub(super) fn group(c: &Console, viewer: &Viewer, req: &Request, rest: &str) -> 
             &body,
         ),
     ))
+}
+
+/// "N dead letters (of this status); ids A to B shown, newest first".
+fn page_summary(total: u64, letters: &[InboxDeadLetter], older: bool) -> String {
+    let total = count(total, Some(COUNT_BOUND));
+    match (letters.first(), letters.last()) {
+        (Some(first), Some(last)) => format!(
+            "<p class=\"hint\">{total} dead letters; ids {} to {} shown, newest first{}.</p>",
+            first.id,
+            last.id,
+            if older { ", older than the first page" } else { "" }
+        ),
+        _ => format!("<p class=\"hint\">{total} dead letters; none on this page.</p>"),
+    }
+}
+
+/// "Newest" when this is an older page, "Older →" when the page is full.
+fn page_links(
+    path: &str,
+    status: Option<&str>,
+    limit: usize,
+    before: Option<u64>,
+    letters: &[InboxDeadLetter],
+) -> String {
+    let mut q = Vec::new();
+    if let Some(s) = status {
+        q.push(format!("status={}", encode(s)));
+    }
+    if limit != 100 {
+        q.push(format!("limit={limit}"));
+    }
+    let href = |extra: Option<String>| {
+        let all: Vec<String> = q.iter().cloned().chain(extra).collect();
+        if all.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}?{}", all.join("&"))
+        }
+    };
+    let mut out = String::new();
+    if before.is_some() {
+        out.push_str(&format!(
+            "<a class=\"newest\" href=\"{}\">← Newest</a> ",
+            esc(&href(None))
+        ));
+    }
+    if letters.len() == limit {
+        if let Some(last) = letters.last() {
+            out.push_str(&format!(
+                "<a class=\"next\" href=\"{}\">Older →</a>",
+                esc(&href(Some(format!("before={}", last.id))))
+            ));
+        }
+    }
+    if out.is_empty() {
+        out
+    } else {
+        format!("<p>{out}</p>")
+    }
 }
 
 /// `POST /consumers/G/preview` and `/consumers/G/apply`.

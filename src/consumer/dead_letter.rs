@@ -169,29 +169,77 @@ pub fn list(
         format!(" WHERE {}", conds.join(" AND "))
     };
     let rows: Vec<Row> = pool.get_conn()?.query(format!(
-        "SELECT id, consumer_group, event_key, topic, broker, queue_id, queue_offset, msg_id, attempts, last_error, \
-         status, DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f') FROM {table}{filter} ORDER BY id LIMIT {limit}"
+        "SELECT {COLUMNS} FROM {table}{filter} ORDER BY id LIMIT {limit}"
     ))?;
-    Ok(rows
+    Ok(rows.into_iter().map(from_row).collect())
+}
+
+/// A page of `group`'s dead letters, newest first, those with an id below `before` when given
+/// (the next page starts below the last id of this one), of `status` if given, at most `limit`:
+/// one range of `idx_dead_letter_group_status` per status, whatever the group holds.
+pub fn page(
+    pool: &Pool,
+    table: &str,
+    group: &str,
+    status: Option<&str>,
+    before: Option<u64>,
+    limit: usize,
+) -> Result<Vec<InboxDeadLetter>> {
+    let table = crate::config::table_name("inbox.dead_letter.table", table)?;
+    let below = before.map(|b| format!(" AND id < {b}")).unwrap_or_default();
+    let ranges: Vec<String> = status
+        .map_or(vec![DEAD, REPLAY], |s| vec![s])
         .into_iter()
-        .map(|mut r| {
-            let created: String = r.take(11).unwrap_or_default();
-            InboxDeadLetter {
-                id: r.take(0).unwrap_or_default(),
-                group: r.take(1).unwrap_or_default(),
-                key: String::from_utf8_lossy(&r.take::<Vec<u8>, _>(2).unwrap_or_default()).into_owned(),
-                topic: r.take(3).unwrap_or_default(),
-                broker: r.take(4).unwrap_or_default(),
-                queue_id: r.take(5).unwrap_or_default(),
-                queue_offset: r.take(6).unwrap_or_default(),
-                msg_id: r.take(7).unwrap_or_default(),
-                attempts: r.take(8).unwrap_or_default(),
-                last_error: r.take(9).unwrap_or_default(),
-                status: r.take(10).unwrap_or_default(),
-                created_at: created.get(..23).unwrap_or(&created).to_string(),
-            }
+        .map(|s| {
+            format!(
+                "(SELECT {COLUMNS} FROM {table} FORCE INDEX (idx_dead_letter_group_status) WHERE consumer_group = {} \
+                 AND status = {}{below} ORDER BY id DESC LIMIT {limit})",
+                bytes_lit(group.as_bytes()),
+                lit(s)
+            )
         })
-        .collect())
+        .collect();
+    let rows: Vec<Row> = pool
+        .get_conn()?
+        .query(format!("{} ORDER BY id DESC LIMIT {limit}", ranges.join(" UNION ALL ")))?;
+    Ok(rows.into_iter().map(from_row).collect())
+}
+
+/// How many dead letters `group` has (of `status` if given), counting at most `bound` of them:
+/// `bound` means "at least that many".
+pub fn count(pool: &Pool, table: &str, group: &str, status: Option<&str>, bound: u64) -> Result<u64> {
+    let table = crate::config::table_name("inbox.dead_letter.table", table)?;
+    let of_status = status.map(|s| format!(" AND status = {}", lit(s))).unwrap_or_default();
+    Ok(pool
+        .get_conn()?
+        .query_first(format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM {table} FORCE INDEX (idx_dead_letter_group_status) \
+             WHERE consumer_group = {}{of_status} LIMIT {bound}) AS c",
+            bytes_lit(group.as_bytes())
+        ))?
+        .unwrap_or(0))
+}
+
+/// The columns [`from_row`] reads, in its order.
+const COLUMNS: &str = "id, consumer_group, event_key, topic, broker, queue_id, queue_offset, msg_id, attempts, \
+     last_error, status, DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f')";
+
+fn from_row(mut r: Row) -> InboxDeadLetter {
+    let created: String = r.take(11).unwrap_or_default();
+    InboxDeadLetter {
+        id: r.take(0).unwrap_or_default(),
+        group: r.take(1).unwrap_or_default(),
+        key: String::from_utf8_lossy(&r.take::<Vec<u8>, _>(2).unwrap_or_default()).into_owned(),
+        topic: r.take(3).unwrap_or_default(),
+        broker: r.take(4).unwrap_or_default(),
+        queue_id: r.take(5).unwrap_or_default(),
+        queue_offset: r.take(6).unwrap_or_default(),
+        msg_id: r.take(7).unwrap_or_default(),
+        attempts: r.take(8).unwrap_or_default(),
+        last_error: r.take(9).unwrap_or_default(),
+        status: r.take(10).unwrap_or_default(),
+        created_at: created.get(..23).unwrap_or(&created).to_string(),
+    }
 }
 
 /// Checks a consumer group's name as the functions here do (1 to 255 characters of

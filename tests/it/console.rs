@@ -517,6 +517,67 @@ fn a_consumer_group_s_dead_letters_replay_and_discard_from_the_console() {
     );
 }
 
+/// A group's dead letters page newest first, 100 a page, with their total: the newest are on
+/// the first page, "Older" walks down to the oldest, a status keeps to its rows, and a bad
+/// `before` is a 400 naming it.
+#[test]
+fn a_consumer_group_s_dead_letters_page_newest_first_down_to_the_oldest() {
+    let db = TestDb::new("console_dlpages");
+    db.conn()
+        .query_drop(
+            "INSERT INTO outbox_inbox_dead_letter (consumer_group, event_key, topic, body, attempts, last_error, status) \
+             SELECT 'points', CONCAT('k-', seq), 'orders', 'x', 3, 'failed', IF(seq % 10 = 0, 'REPLAY', 'DEAD') \
+             FROM seq_1_to_250",
+        )
+        .unwrap();
+    // Another group's rows are not on this group's pages.
+    db.conn()
+        .query_drop(
+            "INSERT INTO outbox_inbox_dead_letter (consumer_group, event_key, topic, body, attempts, last_error) \
+             VALUES ('billing', 'b-1', 'orders', 'x', 3, 'failed')",
+        )
+        .unwrap();
+    let console = Console::new(&config(&db)).unwrap();
+    let reader = Session::login(&console, READ, "rita");
+    let ids_on = |page: &str| -> Vec<u64> {
+        page.split("<tr>")
+            .skip(2)
+            .filter_map(|row| row.split("<td>").nth(1)?.split('<').next()?.parse().ok())
+            .collect()
+    };
+    let older_link = |page: &str| -> Option<String> {
+        let at = page.find("class=\"next\" href=\"")? + "class=\"next\" href=\"".len();
+        Some(page[at..].split('"').next()?.replace("&amp;", "&"))
+    };
+    let mut url = "/consumers/points".to_string();
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    loop {
+        let r = console.handle(&reader.get(&url));
+        assert_eq!(r.status, 200, "{url}: {}", body(&r));
+        let page = body(&r);
+        assert!(page.contains("250 dead letters"), "{page}");
+        seen.extend(ids_on(&page));
+        pages += 1;
+        match older_link(&page) {
+            Some(next) => url = next,
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(
+        seen,
+        (1..=250).rev().collect::<Vec<u64>>(),
+        "every id once, newest first"
+    );
+    let replay = body(&console.handle(&reader.get("/consumers/points?status=REPLAY&limit=10")));
+    assert!(replay.contains("25 dead letters"), "{replay}");
+    assert_eq!(ids_on(&replay), (16..=25).rev().map(|i| i * 10).collect::<Vec<u64>>());
+    let bad = console.handle(&reader.get("/consumers/points?before=abc"));
+    assert_eq!(bad.status, 400);
+    assert!(body(&bad).contains("before"), "{}", body(&bad));
+}
+
 #[test]
 fn a_filter_on_more_than_the_status_pages_through_the_status_range_a_window_at_a_time() {
     let db = TestDb::new("console_window");
