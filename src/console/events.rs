@@ -244,6 +244,16 @@ pub(super) fn detail(c: &Console, viewer: &Viewer, id: &str) -> Page {
             csrf_field(viewer)
         ),
         ("WAIT", _) => "<p class=\"hint\">Log in with the admin token to cancel this event.</p>".to_string(),
+        // A dead letter: the dead-letter page's replay and discard, for this one row (its count
+        // shown and confirmed first, as there).
+        ("FAIL", Role::Admin) => format!(
+            "<form method=\"post\" action=\"/dead-letters/preview\">{}<input type=\"hidden\" name=\"id\" value=\"{id}\">\
+             <button name=\"action\" value=\"replay\">Replay this event</button> \
+             <button name=\"action\" value=\"discard\" class=\"danger\">Discard this event</button> \
+             <span class=\"hint\">shown for confirmation first; audited</span></form>",
+            csrf_field(viewer)
+        ),
+        ("FAIL", _) => "<p class=\"hint\">Log in with the admin token to replay or discard this event.</p>".to_string(),
         _ => String::new(),
     };
     let body = format!(

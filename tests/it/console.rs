@@ -311,7 +311,7 @@ fn actions_need_the_admin_s_session_its_csrf_token_and_the_same_origin() {
 }
 
 /// Behind a proxy that serves the console over TLS, every cookie (the login form's, the
-/// session's, the logout's) is `Secure`; served plainly, none is (a browser would drop a
+/// session's) is `Secure`; served plainly, none is (a browser would drop a
 /// `Secure` cookie over HTTP, and nobody could log in).
 #[test]
 fn cookies_are_secure_when_a_proxy_serves_the_console_over_tls() {
@@ -351,6 +351,42 @@ fn cookies_are_secure_when_a_proxy_serves_the_console_over_tls() {
         let cookies = log_in(proxy);
         assert!(cookies.iter().all(|c| !c.contains("Secure")), "{proxy:?}: {cookies:?}");
     }
+}
+
+/// A dead letter's own page offers replay and discard to an admin (through the same preview and
+/// confirmation as the dead-letter list), a reader only the hint; a sent event neither.
+#[test]
+fn a_dead_letter_is_replayed_from_its_own_page() {
+    let db = TestDb::new("console_evact");
+    seed_dead_letters(&db);
+    let console = Console::new(&config(&db)).unwrap();
+    let reader = Session::login(&console, READ, "rita");
+    let page = body(&console.handle(&reader.get("/events/2")));
+    assert!(
+        !page.contains("/dead-letters/preview") && page.contains("to replay or discard this event"),
+        "{page}"
+    );
+    let admin = Session::login(&console, ADMIN, "alice");
+    let page = body(&console.handle(&admin.get("/events/2")));
+    assert!(
+        page.contains("action=\"/dead-letters/preview\"") && page.contains("name=\"id\" value=\"2\""),
+        "{page}"
+    );
+    // The form's fields, as the browser sends them for "Replay this event".
+    let r = console.handle(&admin.post("/dead-letters/preview", &[("id", "2"), ("action", "replay")]));
+    assert!(body(&r).contains("name=\"expected\" value=\"1\""), "{}", body(&r));
+    let r = console.handle(&admin.post(
+        "/dead-letters/apply",
+        &[("id", "2"), ("action", "replay"), ("expected", "1")],
+    ));
+    assert_eq!(r.status, 200, "{}", body(&r));
+    assert_eq!((status_of(&db, 1), status_of(&db, 2)), ("FAIL".into(), "WAIT".into()));
+    // A row that is not a dead letter offers neither.
+    db.conn()
+        .query_drop("UPDATE t_event_record SET status = 'SUCCESS' WHERE id = 4")
+        .unwrap();
+    let page = body(&console.handle(&admin.get("/events/4")));
+    assert!(!page.contains("/dead-letters/preview"), "{page}");
 }
 
 #[test]
