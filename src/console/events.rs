@@ -215,7 +215,14 @@ pub(super) fn detail(c: &Console, viewer: &Viewer, id: &str) -> Page {
     };
     let facts = [
         ("status", esc(&e.row.status)),
-        ("biz_no", esc(&e.row.biz_no)),
+        (
+            "biz_no",
+            format!(
+                "<a href=\"/events?biz_no={}\">{}</a> <span class=\"hint\">(every event of this key, newest first)</span>",
+                esc(&encode(&e.row.biz_no)),
+                esc(&e.row.biz_no)
+            ),
+        ),
         ("event type", esc(&e.row.event_type)),
         ("topic", esc(e.row.topic.as_deref().unwrap_or("(default topic)"))),
         ("tag", tag),

@@ -372,6 +372,16 @@ fn a_dead_letter_is_replayed_from_its_own_page() {
         page.contains("action=\"/dead-letters/preview\"") && page.contains("name=\"id\" value=\"2\""),
         "{page}"
     );
+    // Its business key links to every event of that key.
+    let biz: String = db
+        .conn()
+        .query_first("SELECT biz_no FROM t_event_record WHERE id = 2")
+        .unwrap()
+        .unwrap();
+    let link = format!("/events?biz_no={biz}");
+    assert!(page.contains(&format!("href=\"{link}\"")), "{page}");
+    let listed = body(&console.handle(&admin.get(&link)));
+    assert!(listed.contains("href=\"/events/2\""), "{listed}");
     // The form's fields, as the browser sends them for "Replay this event".
     let r = console.handle(&admin.post("/dead-letters/preview", &[("id", "2"), ("action", "replay")]));
     assert!(body(&r).contains("name=\"expected\" value=\"1\""), "{}", body(&r));
