@@ -672,6 +672,47 @@ pub fn audit(conn: &mut PooledConn, limit: usize, before: Option<u64>) -> Result
         .collect())
 }
 
+/// Dead letters sharing an error, a topic and an event type.
+#[derive(Debug, Clone)]
+pub struct DeadLetterGroup {
+    /// The start of the last error ([`ERROR_PREFIX`] characters).
+    pub error: String,
+    /// `None`: the table's default topic.
+    pub topic: Option<String>,
+    pub event_type: String,
+    pub rows: u64,
+}
+
+/// Groups shown, the largest.
+pub const MAX_GROUPS: usize = 100;
+
+/// Characters of `last_error` a group is told apart by (the text after it varies: ids, times).
+pub const ERROR_PREFIX: usize = 80;
+
+/// Dead letters (FAIL rows) grouped by the start of their error, their topic and their event
+/// type, the largest groups first, among the first `examine` of the FAIL range of
+/// `idx_status_next_retry` (each a lookup by primary key): the groups, and how many rows were
+/// looked at (`examine` means there may be more).
+pub fn dead_letter_groups(conn: &mut PooledConn, table: &str, examine: u64) -> Result<(Vec<DeadLetterGroup>, u64)> {
+    let rows: Vec<(String, Option<String>, String, u64)> = conn.query(format!(
+        "SELECT LEFT(COALESCE(last_error, ''), {ERROR_PREFIX}) AS e, topic, event_type, COUNT(*) AS n FROM \
+         (SELECT last_error, topic, event_type FROM {table} FORCE INDEX (idx_status_next_retry) \
+          WHERE status = 'FAIL' LIMIT {examine}) AS f GROUP BY e, topic, event_type ORDER BY n DESC, e"
+    ))?;
+    let examined = rows.iter().map(|r| r.3).sum::<u64>();
+    let groups = rows
+        .into_iter()
+        .take(MAX_GROUPS)
+        .map(|(error, topic, event_type, rows)| DeadLetterGroup {
+            error,
+            topic,
+            event_type,
+            rows,
+        })
+        .collect();
+    Ok((groups, examined))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

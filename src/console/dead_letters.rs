@@ -61,7 +61,10 @@ pub(super) fn list(c: &Console, viewer: &Viewer, req: &Request) -> Page {
     if admin {
         headers.insert(0, "");
     }
-    let listing = table("events dead", &headers, &rows);
+    let listing = format!(
+        "<p><a href=\"/dead-letters/groups\">Grouped by error, topic and type →</a></p>{}",
+        table("events dead", &headers, &rows)
+    );
     let body = if admin {
         format!(
             "{}<form method=\"post\" action=\"/dead-letters/preview\">{}{}{listing}\

@@ -22,6 +22,7 @@ mod auth;
 mod consumers;
 mod controls;
 mod data;
+mod dead_letter_groups;
 mod dead_letters;
 mod events;
 mod html;
@@ -88,6 +89,7 @@ impl Console {
                 events::cancel(self, &viewer, req, &p["/events/".len()..p.len() - "/cancel".len()])
             }
             ("GET", "/dead-letters") => dead_letters::list(self, &viewer, req),
+            ("GET", "/dead-letters/groups") => dead_letter_groups::page(self, &viewer),
             ("POST", "/dead-letters/preview") => dead_letters::preview(self, &viewer, req),
             ("POST", "/dead-letters/apply") => dead_letters::apply(self, &viewer, req),
             ("GET", "/ordered") => ordered::page(self, &viewer),

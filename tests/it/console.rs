@@ -399,6 +399,56 @@ fn a_dead_letter_is_replayed_from_its_own_page() {
     assert!(!page.contains("/dead-letters/preview"), "{page}");
 }
 
+/// Dead letters grouped by the start of their error, their topic and their type, largest first,
+/// each count linking to the list filtered to its group; the error text escaped.
+#[test]
+fn dead_letters_are_grouped_by_error_topic_and_type_with_links_to_each_group() {
+    let db = TestDb::new("console_dlgroups");
+    db.seed(12);
+    let mut c = db.conn();
+    // 6 timeouts of ORDER_PAID (their errors differ after the first 80 characters), 3 refusals
+    // of ORDER_PAID on topic T2, 2 refusals of REFUND, 1 row still WAIT.
+    let long = "x".repeat(90);
+    c.exec_drop(
+        "UPDATE t_event_record SET status = 'FAIL', event_type = 'ORDER_PAID', \
+         last_error = CONCAT('send timed out ', ?, id) WHERE id <= 6",
+        (&long,),
+    )
+    .unwrap();
+    c.exec_drop(
+        "UPDATE t_event_record SET status = 'FAIL', event_type = 'ORDER_PAID', topic = 'T2', last_error = ? \
+         WHERE id BETWEEN 7 AND 9",
+        (format!("refused {XSS}"),),
+    )
+    .unwrap();
+    c.query_drop(
+        "UPDATE t_event_record SET status = 'FAIL', event_type = 'REFUND', last_error = 'refused' WHERE id IN (10, 11)",
+    )
+    .unwrap();
+    let console = Console::new(&config(&db)).unwrap();
+    let reader = Session::login(&console, READ, "rita");
+    assert!(body(&console.handle(&reader.get("/dead-letters"))).contains("href=\"/dead-letters/groups\""));
+    let page = body(&console.handle(&reader.get("/dead-letters/groups")));
+    assert!(
+        page.contains("11 dead letters") && !page.contains("<script>alert"),
+        "{page}"
+    );
+    let counts: Vec<u64> = page
+        .split("<tr>")
+        .skip(2)
+        .filter_map(|row| row.split("\">").nth(1)?.split('<').next()?.parse().ok())
+        .collect();
+    assert_eq!(counts, [6, 3, 2], "{page}");
+    // The largest group's link lists its six rows.
+    let at = page.find("href=\"/dead-letters?").unwrap() + "href=\"".len();
+    let link = page[at..].split('"').next().unwrap().replace("&amp;", "&");
+    let listed = body(&console.handle(&reader.get(&link)));
+    let ids: Vec<u64> = (1..=12)
+        .filter(|i| listed.contains(&format!("href=\"/events/{i}\"")))
+        .collect();
+    assert_eq!(ids, [1, 2, 3, 4, 5, 6], "{link}");
+}
+
 #[test]
 fn replay_and_discard_change_the_rows_previewed_and_are_audited_with_the_name() {
     let db = TestDb::new("console_act");
