@@ -292,9 +292,11 @@ fn main() {
         ("event detail", format!("/events/{some_fail}")),
         ("dead letters", "/dead-letters".into()),
         ("dead letters, error contains", "/dead-letters?error=timed+out".into()),
+        ("dead letters by error", "/dead-letters/groups".into()),
         ("ordered keys", "/ordered".into()),
         ("consumers", "/consumers".into()),
         ("consumer group", "/consumers/points".into()),
+        ("consumer group, 5th page", deeper("/consumers/points", 4)),
         ("controls", "/controls".into()),
         ("audit", "/audit".into()),
     ];

@@ -3,16 +3,21 @@
 //! (where it is replayed or discarded).
 
 use super::auth::Viewer;
-use super::data::{self, ERROR_PREFIX, MAX_GROUPS};
+use super::data::{self, ERROR_PREFIX, MAX_GROUPS, STATUS_WINDOW};
 use super::html::{count, esc, frame, notice, table, thousands};
-use super::http::{encode, Response};
+use super::http::{encode, Request, Response};
 use super::state::{Console, Page};
 
-/// Dead letters looked at: each is a lookup by primary key.
-const EXAMINE: u64 = 10_000;
+/// The most dead letters `?examine=` may ask to look at.
+const EXAMINE_MAX: u64 = 100_000;
 
-pub(super) fn page(c: &Console, viewer: &Viewer) -> Page {
-    let (groups, examined) = data::dead_letter_groups(&mut c.conn()?, &c.config.table, EXAMINE)?;
+pub(super) fn page(c: &Console, viewer: &Viewer, req: &Request) -> Page {
+    let p = req.query();
+    p.only(&["examine"])?;
+    // Each dead letter looked at is a lookup by primary key: by default as many as a filtered
+    // page looks at, so the page stays cheap on a large table; more on request.
+    let examine = p.number("examine", STATUS_WINDOW, 1, EXAMINE_MAX)?;
+    let (groups, examined) = data::dead_letter_groups(&mut c.conn()?, &c.config.table, examine)?;
     let rows: Vec<Vec<String>> = groups
         .iter()
         .map(|g| {
@@ -35,10 +40,19 @@ pub(super) fn page(c: &Console, viewer: &Viewer) -> Page {
             ]
         })
         .collect();
-    let scope = if examined >= EXAMINE {
+    let scope = if examined >= examine {
+        let more = (examine * 10).min(EXAMINE_MAX);
         format!(
-            "Among the first {} dead letters by due time (there are more); ",
-            thousands(EXAMINE)
+            "Among the first {} dead letters by due time (there are more{}); ",
+            thousands(examine),
+            if more > examine {
+                format!(
+                    ": <a href=\"/dead-letters/groups?examine={more}\">look at {}</a>",
+                    thousands(more)
+                )
+            } else {
+                String::new()
+            }
         )
     } else {
         format!("{} dead letters; ", count(examined, None))

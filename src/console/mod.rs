@@ -89,7 +89,7 @@ impl Console {
                 events::cancel(self, &viewer, req, &p["/events/".len()..p.len() - "/cancel".len()])
             }
             ("GET", "/dead-letters") => dead_letters::list(self, &viewer, req),
-            ("GET", "/dead-letters/groups") => dead_letter_groups::page(self, &viewer),
+            ("GET", "/dead-letters/groups") => dead_letter_groups::page(self, &viewer, req),
             ("POST", "/dead-letters/preview") => dead_letters::preview(self, &viewer, req),
             ("POST", "/dead-letters/apply") => dead_letters::apply(self, &viewer, req),
             ("GET", "/ordered") => ordered::page(self, &viewer),

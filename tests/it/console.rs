@@ -447,6 +447,15 @@ fn dead_letters_are_grouped_by_error_topic_and_type_with_links_to_each_group() {
         .filter(|i| listed.contains(&format!("href=\"/events/{i}\"")))
         .collect();
     assert_eq!(ids, [1, 2, 3, 4, 5, 6], "{link}");
+    // Fewer looked at than there are: said, with a link to look at more; a bad bound is a 400.
+    let few = body(&console.handle(&reader.get("/dead-letters/groups?examine=5")));
+    assert!(
+        few.contains("Among the first 5 dead letters") && few.contains("href=\"/dead-letters/groups?examine=50\""),
+        "{few}"
+    );
+    let bad = console.handle(&reader.get("/dead-letters/groups?examine=0"));
+    assert_eq!(bad.status, 400);
+    assert!(body(&bad).contains("examine"), "{}", body(&bad));
 }
 
 #[test]
