@@ -35,13 +35,13 @@ const MAX_ERROR_CHARS: usize = 1000;
 
 /// The INSERT of one event into `table`, due at once, with its parameters in this order:
 /// `biz_no, event_type, payload, topic, tag, headers` (all but the first three may be NULL;
-/// headers is a JSON object of strings): [`INSERT_PARAMS`]. Status and times come from the
-/// table's defaults (`next_retry_time` is `CURRENT_TIMESTAMP(3)`: due now, by the database's
-/// clock) and the event key from `UUID()` (every copy of the event carries it, and a held round
-/// sends the row without writing to it). A scheduled event takes
-/// [`insert_scheduled_statement`] instead: the due time's expression costs the server about a
-/// quarter of the INSERT (benches/README.md, "What we cost the order database"), so an event
-/// due now does not evaluate it. The table name is checked like the `table` key, since it goes
+/// headers is a JSON object of strings): [`INSERT_PARAMS`]. Its times come from the table's
+/// defaults (`next_retry_time` is `CURRENT_TIMESTAMP(3)`: due now, by the database's clock) and
+/// the event key from `UUID()` (every copy of the event carries it, and a held round sends the
+/// row without writing to it). A scheduled event takes [`insert_scheduled_statement`] instead:
+/// the due time's expression is a measurable share of the server's work for the INSERT
+/// (benches/README.md, "What we cost the order database"), so an event due now does not
+/// evaluate it. The table name is checked like the `table` key, since it goes
 /// into the SQL text.
 pub fn insert_statement(table: &str) -> std::result::Result<String, crate::error::ConfigError> {
     let table = crate::config::table_name("table", table)?;
