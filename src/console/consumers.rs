@@ -52,7 +52,7 @@ pub(super) fn group(c: &Console, viewer: &Viewer, req: &Request, rest: &str) -> 
     let p = req.query();
     p.only(&["status", "limit", "before"])?;
     let status = p.choice("status", &["DEAD", "REPLAY"])?;
-    let limit = p.number("limit", 100, 1, 1000)? as usize;
+    let limit = p.number("limit", PAGE as u64, 1, 1000)? as usize;
     let before = match p.get("before") {
         None => None,
         Some(_) => Some(p.number("before", 0, 1, u64::MAX)?),
@@ -134,6 +134,9 @@ pub(super) fn group(c: &Console, viewer: &Viewer, req: &Request, rest: &str) -> 
     ))
 }
 
+/// A group's dead letters on a page, unless `?limit=` says otherwise.
+const PAGE: usize = 100;
+
 /// "N dead letters (of this status); ids A to B shown, newest first".
 fn page_summary(total: u64, letters: &[InboxDeadLetter], older: bool) -> String {
     let total = count(total, Some(COUNT_BOUND));
@@ -160,7 +163,7 @@ fn page_links(
     if let Some(s) = status {
         q.push(format!("status={}", encode(s)));
     }
-    if limit != 100 {
+    if limit != PAGE {
         q.push(format!("limit={limit}"));
     }
     let href = |extra: Option<String>| {
