@@ -59,7 +59,7 @@ pub(super) fn group(c: &Console, viewer: &Viewer, req: &Request, rest: &str) -> 
     };
     let table_name = &c.config.consumer.dead_letter_table;
     let letters = dead_letter::page(&c.consumer_pool, table_name, &group, status, before, limit)?;
-    let total = dead_letter::count(&c.consumer_pool, table_name, &group, status, COUNT_BOUND)?;
+    let total = data::group_dead_letters(&mut c.consumer_pool.get_conn()?, table_name, &group, status)?;
     let admin = viewer.role == Role::Admin;
     let rows: Vec<Vec<String>> = letters
         .iter()

@@ -637,6 +637,14 @@ pub fn consumer_groups(conn: &mut PooledConn, inbox: &str, dead_letters: &str) -
     Ok(out)
 }
 
+/// How many dead letters consumer group `group` has in `table` (of `status` if given), counted
+/// up to [`COUNT_BOUND`] along `idx_dead_letter_group_status`.
+pub fn group_dead_letters(conn: &mut PooledConn, table: &str, group: &str, status: Option<&str>) -> Result<u64> {
+    let of_status = status.map(|s| format!(" AND status = {}", lit(s))).unwrap_or_default();
+    let cond = format!("consumer_group = {}{of_status}", bytes_lit(group.as_bytes()));
+    bounded_count(conn, table, "idx_dead_letter_group_status", &cond)
+}
+
 /// One audited action.
 #[derive(Debug, Clone)]
 pub struct AuditRow {

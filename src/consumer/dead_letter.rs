@@ -205,21 +205,6 @@ pub fn page(
     Ok(rows.into_iter().map(from_row).collect())
 }
 
-/// How many dead letters `group` has (of `status` if given), counting at most `bound` of them:
-/// `bound` means "at least that many".
-pub fn count(pool: &Pool, table: &str, group: &str, status: Option<&str>, bound: u64) -> Result<u64> {
-    let table = crate::config::table_name("inbox.dead_letter.table", table)?;
-    let of_status = status.map(|s| format!(" AND status = {}", lit(s))).unwrap_or_default();
-    Ok(pool
-        .get_conn()?
-        .query_first(format!(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM {table} FORCE INDEX (idx_dead_letter_group_status) \
-             WHERE consumer_group = {}{of_status} LIMIT {bound}) AS c",
-            bytes_lit(group.as_bytes())
-        ))?
-        .unwrap_or(0))
-}
-
 /// The columns [`from_row`] reads, in its order.
 const COLUMNS: &str = "id, consumer_group, event_key, topic, broker, queue_id, queue_offset, msg_id, attempts, \
      last_error, status, DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f')";

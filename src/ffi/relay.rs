@@ -145,11 +145,7 @@ pub unsafe extern "C" fn outbox_insert_statement(
     len: usize,
     out_needed: *mut usize,
 ) -> outbox_result {
-    ffi_boundary!(nonnull(relay, out_needed) {
-        let relay = &*relay;
-        let sql = insert_statement(&relay.host.relay.config().table, false)?;
-        write_string_out(&sql, buf, len, out_needed)
-    })
+    write_insert_statement(relay, false, buf, len, out_needed)
 }
 
 /// Writes the parameterised INSERT that enqueues one scheduled event into the relay's table:
@@ -166,9 +162,20 @@ pub unsafe extern "C" fn outbox_insert_scheduled_statement(
     len: usize,
     out_needed: *mut usize,
 ) -> outbox_result {
+    write_insert_statement(relay, true, buf, len, out_needed)
+}
+
+/// Either INSERT of the relay's table into `buf` (the two entry points above).
+unsafe fn write_insert_statement(
+    relay: *const outbox_relay,
+    scheduled: bool,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> outbox_result {
     ffi_boundary!(nonnull(relay, out_needed) {
         let relay = &*relay;
-        let sql = insert_statement(&relay.host.relay.config().table, true)?;
+        let sql = insert_statement(&relay.host.relay.config().table, scheduled)?;
         write_string_out(&sql, buf, len, out_needed)
     })
 }
