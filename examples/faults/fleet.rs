@@ -13,7 +13,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
@@ -26,7 +25,7 @@ use outbox::rocketmq::testing;
 use outbox::{wire, NewEvent};
 
 use super::proxy::{Mode, Proxy};
-use super::{free_port, script, start_broker, tail, Args, Instance, Res};
+use super::{script, start_broker, tail, Args, Instance, Res};
 
 /// The fleet: its databases, the proxy in front of shard 0, the relays' settings.
 struct Fleet {
@@ -110,49 +109,16 @@ impl Fleet {
     /// metrics endpoint answers.
     fn spawn(&self, slot: usize, gen: u32) -> Res<Instance> {
         let id = format!("fleet-{slot}-g{gen}-{:04x}", rand::random::<u16>());
-        let port = free_port()?;
-        let log_path = self.dir.join(format!("{id}.log"));
-        let log = std::fs::File::create(&log_path)?;
-        let lease = self.args.lease_ms;
-        let mut cmd = Command::new(&self.args.outboxd);
-        cmd.env_remove("OUTBOX_CONFIG")
-            .env_remove("OUTBOX_DB_URL")
-            .env(
-                "RUST_LOG",
-                std::env::var("OUTBOX_FAULTS_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .env("OUTBOX_SHARDS", self.shards_setting())
-            .env(
+        let place = [
+            ("OUTBOX_SHARDS", self.shards_setting()),
+            (
                 "OUTBOX_SHARD_COORDINATION_URL",
                 format!("{}/{}", self.server, self.coordination),
-            )
-            .env("OUTBOX_SHARD_LEASE_MS", lease.to_string())
-            .env("OUTBOX_TOPIC", &self.topic)
-            .env("OUTBOX_INSTANCE_ID", &id)
-            .env("OUTBOX_CLAIM_STRATEGY", &self.args.strategy)
-            // Every outcome is read from the shards' tables: sent rows are kept.
-            .env("OUTBOX_SENT_ROWS", "keep")
-            .env("OUTBOX_LEASE_MS", lease.to_string())
-            .env("OUTBOX_RECLAIM_INTERVAL_MS", (lease / 6).max(100).to_string())
-            .env("OUTBOX_SEND_TIMEOUT_MS", (lease / 4).to_string())
-            .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{port}"))
-            .env("OUTBOX_ROCKETMQ_NAMESRV", &self.args.namesrv)
-            .env("OUTBOX_ROCKETMQ_PRODUCER_GROUP", &self.group);
-        for s in &self.args.sets {
-            cmd.arg("--set").arg(s);
-        }
-        cmd.args(["run", "--drain", "5s"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        let mut inst = Instance {
-            id,
-            child: cmd.spawn()?,
-            port,
-            log: log_path,
-        };
-        inst.wait_listening()?;
-        Ok(inst)
+            ),
+            ("OUTBOX_SHARD_LEASE_MS", self.args.lease_ms.to_string()),
+            ("OUTBOX_TOPIC", self.topic.clone()),
+        ];
+        Instance::start(&self.args, &self.dir, id, &self.group, &place, &[])
     }
 
     /// Rows of every shard not sent yet (WAIT or SENDING).

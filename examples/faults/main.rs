@@ -491,46 +491,12 @@ impl Env {
     /// [`Env::spawn`] with extra settings (`key=value`, after the run's own).
     fn spawn_with(&self, slot: usize, gen: u32, extra: &[&str]) -> Res<Instance> {
         let id = format!("faults-{slot}-g{gen}-{:04x}", rand::random::<u16>());
-        let port = free_port()?;
-        let log_path = self.dir.join(format!("{id}.log"));
-        let log = std::fs::File::create(&log_path)?;
-        let lease = self.args.lease_ms;
-        let mut cmd = Command::new(&self.args.outboxd);
-        cmd.env_remove("OUTBOX_CONFIG")
-            .env(
-                "RUST_LOG",
-                std::env::var("OUTBOX_FAULTS_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .env("OUTBOX_DB_URL", &self.url)
-            .env("OUTBOX_TOPIC", &self.topic)
-            .env("OUTBOX_INSTANCE_ID", &id)
-            .env("OUTBOX_CLAIM_STRATEGY", &self.args.strategy)
-            // The harness reads every outcome from the table (each committed row SUCCESS, its
-            // owner and token, retry_count): sent rows are kept, not deleted.
-            .env("OUTBOX_SENT_ROWS", "keep")
-            .env("OUTBOX_LEASE_MS", lease.to_string())
-            .env("OUTBOX_RECLAIM_INTERVAL_MS", (lease / 6).max(100).to_string())
-            .env("OUTBOX_SEND_TIMEOUT_MS", (lease / 4).to_string())
-            .env("OUTBOX_SCAN_INTERVAL_MS", "100")
-            .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{port}"))
-            .env("OUTBOX_ROCKETMQ_NAMESRV", &self.args.namesrv)
-            .env("OUTBOX_ROCKETMQ_PRODUCER_GROUP", &self.group);
-        for s in self.args.sets.iter().map(String::as_str).chain(extra.iter().copied()) {
-            cmd.arg("--set").arg(s);
-        }
-        cmd.args(["run", "--drain", "5s"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        let child = cmd.spawn()?;
-        let mut inst = Instance {
-            id,
-            child,
-            port,
-            log: log_path,
-        };
-        inst.wait_listening()?;
-        Ok(inst)
+        let place = [
+            ("OUTBOX_DB_URL", self.url.clone()),
+            ("OUTBOX_TOPIC", self.topic.clone()),
+            ("OUTBOX_SCAN_INTERVAL_MS", "100".to_string()),
+        ];
+        Instance::start(&self.args, &self.dir, id, &self.group, &place, extra)
     }
 }
 
@@ -542,6 +508,60 @@ struct Instance {
 }
 
 impl Instance {
+    /// Starts `outboxd run` as relay `id` (its log in `dir`, producer group `group`), with what
+    /// every mode gives its relays (the run's claim strategy and lease, sent rows kept, a metrics
+    /// port of its own, the broker), what it relays (`place`: the `OUTBOX_*` variables of its
+    /// database or fleet and topic), the run's `--set`s and `extra`; waits until it listens.
+    fn start(
+        args: &Args,
+        dir: &Path,
+        id: String,
+        group: &str,
+        place: &[(&str, String)],
+        extra: &[&str],
+    ) -> Res<Instance> {
+        let port = free_port()?;
+        let log_path = dir.join(format!("{id}.log"));
+        let log = std::fs::File::create(&log_path)?;
+        let lease = args.lease_ms;
+        let mut cmd = Command::new(&args.outboxd);
+        cmd.env_remove("OUTBOX_CONFIG")
+            .env_remove("OUTBOX_DB_URL")
+            .env(
+                "RUST_LOG",
+                std::env::var("OUTBOX_FAULTS_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .env("OUTBOX_INSTANCE_ID", &id)
+            .env("OUTBOX_CLAIM_STRATEGY", &args.strategy)
+            // The harness reads every outcome from the table (each committed row SUCCESS, its
+            // owner and token, retry_count): sent rows are kept, not deleted.
+            .env("OUTBOX_SENT_ROWS", "keep")
+            .env("OUTBOX_LEASE_MS", lease.to_string())
+            .env("OUTBOX_RECLAIM_INTERVAL_MS", (lease / 6).max(100).to_string())
+            .env("OUTBOX_SEND_TIMEOUT_MS", (lease / 4).to_string())
+            .env("OUTBOX_METRICS_LISTEN", format!("127.0.0.1:{port}"))
+            .env("OUTBOX_ROCKETMQ_NAMESRV", &args.namesrv)
+            .env("OUTBOX_ROCKETMQ_PRODUCER_GROUP", group);
+        for (k, v) in place {
+            cmd.env(k, v);
+        }
+        for s in args.sets.iter().map(String::as_str).chain(extra.iter().copied()) {
+            cmd.arg("--set").arg(s);
+        }
+        cmd.args(["run", "--drain", "5s"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let mut inst = Instance {
+            id,
+            child: cmd.spawn()?,
+            port,
+            log: log_path,
+        };
+        inst.wait_listening()?;
+        Ok(inst)
+    }
+
     /// Waits until the instance's metrics endpoint answers (it has started relaying); an error
     /// with its last log lines if it exits first, or after 60 s.
     fn wait_listening(&mut self) -> Res<()> {

@@ -40,12 +40,7 @@ fn an_ordered_fleet_keeps_each_key_s_order_within_its_shard_when_a_head_fails() 
     let fleet = Fleet::builder(cfg, rec.clone()).start().unwrap();
     assert!(wait_until(LIMIT, || (0..3).all(|i| shards.count(i, "SUCCESS") == 24)));
     fleet.stop(Duration::from_secs(5));
-    let sent: Vec<(String, u64)> = rec
-        .sent_events
-        .lock()
-        .iter()
-        .map(|e| (e.biz_no.clone(), e.id))
-        .collect();
+    let sent: Vec<(String, u64)> = rec.sent_keys();
     assert_eq!(sent.len(), 72, "each event once: {sent:?}");
     for i in 0..3 {
         for k in 0..4 {
@@ -71,24 +66,6 @@ fn an_ordered_fleet_keeps_each_key_s_order_within_its_shard_when_a_head_fails() 
     assert_eq!(retries, 2);
 }
 
-/// The seed's own DDL, as its users have it (see `schema::create_seed_table`).
-const SEED_DDL: &str = "CREATE TABLE t_event_record (
-   id              BIGINT       NOT NULL AUTO_INCREMENT,
-   biz_no          VARCHAR(64)  NOT NULL,
-   event_type      VARCHAR(64)  NOT NULL,
-   payload         TEXT         NOT NULL,
-   status          VARCHAR(16)  NOT NULL DEFAULT 'WAIT',
-   retry_count     INT          NOT NULL DEFAULT 0,
-   next_retry_time DATETIME     NOT NULL DEFAULT CURRENT_TIMESTAMP,
-   claim_owner     VARCHAR(64)  NULL,
-   claimed_at      DATETIME     NULL,
-   create_time     DATETIME     NOT NULL DEFAULT CURRENT_TIMESTAMP,
-   update_time     DATETIME     NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-   PRIMARY KEY (id),
-   KEY idx_status_next_retry (status, next_retry_time),
-   KEY idx_status_claimed_at (status, claimed_at)
- ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4";
-
 #[test]
 fn a_fleet_of_seed_era_shard_tables_is_migrated_in_place_and_relayed_under_the_seed_profile() {
     // Two shard databases whose tables the seed's DDL created, holding rows its service wrote.
@@ -101,7 +78,7 @@ fn a_fleet_of_seed_era_shard_tables_is_migrated_in_place_and_relayed_under_the_s
             .query_drop(format!("CREATE DATABASE {}", shards.name(i)))
             .unwrap();
         let mut c = shards.pool(i).get_conn().unwrap();
-        c.query_drop(SEED_DDL).unwrap();
+        crate::schema::create_seed_table(&mut c, "t_event_record");
         for n in 0..10 {
             c.exec_drop(
                 "INSERT INTO t_event_record (biz_no, event_type, payload) VALUES (?, 'ORDER_CREATED', '{}')",

@@ -273,12 +273,7 @@ fn keys_held_by_dead_heads_show_as_an_idle_spell_until_the_heads_are_resolved() 
     assert!(wait_until(LONG, || db.count("SUCCESS") == 5), "{:?}", db.rows());
     assert_eq!(relay.counters().ordered_blocked, None);
     relay.stop(Duration::from_secs(5));
-    let sent: Vec<(String, u64)> = rec
-        .sent_events
-        .lock()
-        .iter()
-        .map(|e| (e.biz_no.clone(), e.id))
-        .collect();
+    let sent: Vec<(String, u64)> = rec.sent_keys();
     let of = |k: &str| {
         sent.iter()
             .filter(|(b, _)| b == k)

@@ -61,7 +61,7 @@ fn a_seed_era_table_is_upgraded_in_place() {
 
 /// The seed's own DDL: signed ids and retry counts, TEXT payloads, a 64-character claim_owner,
 /// second-precision times, the seed's two indexes.
-fn create_seed_table(c: &mut mysql::PooledConn, name: &str) {
+pub(crate) fn create_seed_table(c: &mut mysql::PooledConn, name: &str) {
     c.query_drop(format!(
         "CREATE TABLE {name} (
            id              BIGINT       NOT NULL AUTO_INCREMENT,

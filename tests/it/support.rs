@@ -218,6 +218,15 @@ impl Recorder {
         *self.faults.lock() = faults;
     }
 
+    /// `(biz_no, id)` of every event sent, in the order of the sends.
+    pub fn sent_keys(&self) -> Vec<(String, u64)> {
+        self.sent_events
+            .lock()
+            .iter()
+            .map(|e| (e.biz_no.clone(), e.id))
+            .collect()
+    }
+
     pub fn total_sent(&self) -> usize {
         self.sent.lock().values().sum()
     }
